@@ -1,0 +1,52 @@
+"""The built book in headless Chromium: math typeset, nothing fetched from the network."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .browser import chromium, inspect_page, serve
+
+pytestmark = pytest.mark.book
+
+CDN_MATHJAX = "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js"
+
+
+@pytest.fixture(scope="module")
+def driver():
+    with chromium() as d:
+        yield d
+
+
+def test_pages_typeset_math_offline(driver, html_dir: Path, toc_pages: list[str]) -> None:
+    problems = {}
+    typeset_pages = 0
+    with serve(html_dir) as base:
+        for page in toc_pages:
+            report = inspect_page(driver, base, page)
+            assert report.requests, f"{page}: the browser made no request at all"
+            if report.problems():
+                problems[page] = report.problems()
+            typeset_pages += report.containers > 0
+    assert not problems, problems
+    assert typeset_pages >= 2, "MathJax typeset math on fewer than two pages"
+
+
+def test_check_fails_when_mathjax_points_at_a_cdn(driver, html_dir: Path, tmp_path: Path,
+                                                  toc_pages: list[str]) -> None:
+    """The check itself: a page whose MathJax comes from a CDN must be reported."""
+    site = tmp_path / "site"
+    shutil.copytree(html_dir, site, ignore=shutil.ignore_patterns("mathjax"))
+    page = site / toc_pages[0]
+    html, n = re.subn(r'src="[^"]*mathjax/tex-chtml\.js[^"]*"', f'src="{CDN_MATHJAX}"',
+                      page.read_text())
+    assert n == 1, "could not find the MathJax script tag to redirect"
+    page.write_text(html)
+    with serve(site) as base:
+        report = inspect_page(driver, base, toc_pages[0])
+    assert any(u.startswith(CDN_MATHJAX) for u in report.external_requests), report.requests
+    assert report.problems(), "a CDN-hosted MathJax went unnoticed"
+    assert report.containers == 0  # no network here: the math stays raw
