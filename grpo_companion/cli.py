@@ -40,9 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="build directory; the HTML lands in OUT/html (default: _build)")
     book.add_argument("--cell-timeout", type=int, default=900,
                       help="seconds one cell may run before the build fails (default: 900)")
-    book.add_argument("--only", action="append", default=[], metavar="TEXT",
-                      help="execute only chapters whose name contains TEXT (others must be "
-                           "cached); repeatable")
+    book.add_argument("--select", action="append", default=[], metavar="TEXT",
+                      help="partial book for previewing: keep only the chapters whose file "
+                           "name contains TEXT (plus the root and plain pages); repeatable")
     _add_parameter_option(book)
 
     run = sub.add_parser("run-chapter", help="execute one chapter source into a notebook")
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "book":
             opts = BuildOptions(out=args.out.resolve(), quick=args.quick, parameters=params,
-                                cell_timeout=args.cell_timeout, only=tuple(args.only))
+                                cell_timeout=args.cell_timeout, select=tuple(args.select))
             build(opts)
         else:
             nb = read_notebook(args.source)

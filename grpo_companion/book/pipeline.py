@@ -55,8 +55,10 @@ class BuildOptions:
     quick : passed to every notebook as the ``quick`` parameter.
     parameters : further papermill parameters passed to every notebook.
     cell_timeout : seconds a single cell may run before the build fails.
-    only : if given, execute only the notebooks whose stem contains one of
-        these strings (the others must be cached already).
+    select : if given, build a partial book: the root page, the plain pages and
+        only those notebooks whose name contains one of these strings (for
+        previewing a chapter quickly; cross-references to left-out chapters
+        then fail).
     """
 
     root: Path = REPO_ROOT
@@ -64,7 +66,7 @@ class BuildOptions:
     quick: bool = False
     parameters: Mapping[str, object] = field(default_factory=dict)
     cell_timeout: int = 900
-    only: tuple[str, ...] = ()
+    select: tuple[str, ...] = ()
 
     @property
     def stage(self) -> Path:
@@ -87,7 +89,11 @@ class BuildOptions:
 
 def toc_documents(root: Path) -> list[str]:
     """Every document named in ``_toc.yml`` (root first), without extension."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    return documents_of(yaml.safe_load((root / "_toc.yml").read_text()))
+
+
+def documents_of(toc: Mapping) -> list[str]:
+    """Every document of a parsed table of contents (root first)."""
     docs = [toc["root"]]
 
     def walk(entries: Iterable[Mapping]) -> None:
@@ -100,6 +106,32 @@ def toc_documents(root: Path) -> list[str]:
 
     walk(toc.get("parts", []) + toc.get("chapters", []))
     return docs
+
+
+def select_toc(toc: Mapping, keep) -> dict:
+    """A copy of ``toc`` without the entries for which ``keep(file)`` is false
+    (and without parts left empty)."""
+
+    def prune(entries: list[Mapping]) -> list[dict]:
+        out = []
+        for entry in entries:
+            entry = dict(entry)
+            if "file" in entry and not keep(entry["file"]):
+                continue
+            for key in ("parts", "chapters", "sections"):
+                if key in entry:
+                    entry[key] = prune(entry[key])
+                    if not entry[key]:
+                        del entry[key]
+            if "file" in entry or any(k in entry for k in ("chapters", "sections", "parts")):
+                out.append(entry)
+        return out
+
+    toc = dict(toc)
+    for key in ("parts", "chapters"):
+        if key in toc:
+            toc[key] = prune(toc[key])
+    return toc
 
 
 def source_path(root: Path, doc: str) -> Path:
@@ -275,6 +307,14 @@ def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
     opts.cache.mkdir(parents=True, exist_ok=True)
     for name in BOOK_FILES:
         copy_if_changed(root / name, stage / name)
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    if opts.select:
+        def keep(doc: str) -> bool:
+            plain = not is_notebook_source(source_path(root, doc))
+            return plain or any(s in doc for s in opts.select)
+
+        toc = select_toc(toc, keep)
+        write_if_changed(stage / "_toc.yml", yaml.safe_dump(toc, sort_keys=False).encode())
     stage_mathjax(stage)
     if (root / "_static").is_dir():
         for path in (root / "_static").rglob("*"):
@@ -284,7 +324,7 @@ def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
     library = library_digest()
     parameters = opts.notebook_parameters()
     results: list[ChapterResult] = []
-    for doc in toc_documents(root):
+    for doc in documents_of(toc):
         src = source_path(root, doc)
         if not is_notebook_source(src):
             copy_if_changed(src, stage / src.relative_to(root))
@@ -299,8 +339,6 @@ def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
             results.append(ChapterResult(doc, True, 0.0))
             log(f"  {doc}: cached")
             continue
-        if opts.only and not any(s in doc for s in opts.only):
-            raise BookBuildError(f"{doc} is not cached and not selected by --only {opts.only}")
         log(f"  {doc}: executing ({'quick' if opts.quick else 'full'} mode)")
         work = opts.out / "exec" / f"{doc}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)  # the notebook runs in there

@@ -125,3 +125,19 @@ def test_failing_cell_names_notebook_and_cell_and_keeps_traceback(tmp_path: Path
     assert "ZeroDivisionError" in kept.read_text()
     assert not (opts.stage / "ch" / "one.ipynb").exists()
     assert not list(opts.cache.glob("one-*.ipynb"))
+
+
+def test_select_toc_keeps_chosen_chapters_and_drops_empty_parts() -> None:
+    toc = {
+        "format": "jb-book",
+        "root": "intro",
+        "parts": [
+            {"caption": "A", "chapters": [{"file": "ch/01_x"}, {"file": "ch/02_y"}]},
+            {"caption": "B", "chapters": [{"file": "ch/03_z"}]},
+            {"caption": "C", "chapters": [{"file": "bibliography"}]},
+        ],
+    }
+    kept = pipeline.select_toc(toc, lambda f: "02" in f or f == "bibliography")
+    assert pipeline.documents_of(kept) == ["intro", "ch/02_y", "bibliography"]
+    assert [p["caption"] for p in kept["parts"]] == ["A", "C"]
+    assert pipeline.documents_of(toc) == ["intro", "ch/01_x", "ch/02_y", "ch/03_z", "bibliography"]
