@@ -1,0 +1,283 @@
+"""Probability-of-success (PoS) recurrences of Table 1, in logit space.
+
+With ``L = logit(p)`` every row of Table 1 (paper) is the map::
+
+    L_n = alpha * L_ref + (1 - alpha) * L_{n-1} + Omega(p_{n-1}) / beta
+
+``alpha = 1``: reference KL (Theorem 2, eq. 8; Proposition 1);
+``alpha = 0``: mirror KL (Theorem 4, eqs. 11-12);
+``0 < alpha < 1``: two-KL (Theorem 9, eq. 23) for policies that are a
+reward-class tilt of ``pi_ref`` (e.g. started at ``pi_0 = pi_ref``), for which
+the Renyi correction is zero (see :mod:`grpo_companion.theory.policies`).
+The calibration enters only through ``Omega``; ``"mean_only"`` gives the
+Dr. GRPO rows (``Omega = 1``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import special
+
+from ._validate import check_alpha, check_beta, check_logit, check_probability
+from .calibration import Calibration, resolve_calibration
+from .logistic import log_bernoulli_variance, logit, sigmoid
+
+__all__ = [
+    "iterate",
+    "iterate_logit",
+    "pos_map",
+    "pos_map_derivative",
+    "pos_map_logit",
+    "pos_map_logit_derivative",
+    "stability_bound",
+]
+
+
+def _check_map_inputs(
+    logit_p: np.ndarray, logit_p_ref: np.ndarray, alpha: np.ndarray, cal: Calibration
+) -> None:
+    """Reject inputs for which the map is undefined (would produce NaN)."""
+    uses_ref = alpha > 0
+    uses_prev = alpha < 1
+    if cal.undefined_at_boundary:
+        if np.isinf(logit_p).any():
+            raise ValueError(
+                "p must be in (0, 1) when eps=0 with population whitening "
+                "(Omega is infinite at 0 and 1), got p in {0, 1}"
+            )
+        if (np.isinf(logit_p_ref) & uses_ref).any():
+            raise ValueError(
+                "p_ref must be in (0, 1) when eps=0 with population whitening and alpha > 0, "
+                "got p_ref in {0, 1}"
+            )
+    clash = uses_ref & uses_prev & np.isinf(logit_p) & np.isinf(logit_p_ref)
+    clash &= np.sign(logit_p) != np.sign(logit_p_ref)
+    if clash.any():
+        raise ValueError(
+            "for 0 < alpha < 1, p and p_ref must not be 0 and 1 (the geometric-mean anchor "
+            "pi_ref^alpha pi^(1-alpha) has no mass)"
+        )
+
+
+def _affine_parts(
+    logit_p_ref: np.ndarray, alpha: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``alpha * L_ref`` (with ``0 * inf = 0``) and ``1 - alpha``."""
+    with np.errstate(invalid="ignore"):
+        ref_part = np.where(alpha > 0, alpha * logit_p_ref, 0.0)
+    return ref_part, 1.0 - alpha
+
+
+def _prev_part(keep: np.ndarray, logit_p: np.ndarray) -> np.ndarray | float:
+    """``(1 - alpha) * L_{n-1}`` with ``0 * inf = 0``."""
+    if not np.any(keep):
+        return 0.0
+    with np.errstate(invalid="ignore"):
+        out = keep * logit_p
+    if np.all(keep > 0):
+        return out
+    return np.where(keep > 0, out, 0.0)
+
+
+def _prepare(
+    logit_p: ArrayLike,
+    logit_p_ref: ArrayLike,
+    beta: ArrayLike,
+    alpha: ArrayLike,
+    calibration: Calibration | None,
+    kwargs: dict[str, Any],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Calibration]:
+    lp = check_logit("logit_p", logit_p)
+    lr = check_logit("logit_p_ref", logit_p_ref)
+    b = check_beta(beta)
+    a = check_alpha(alpha)
+    cal = resolve_calibration(calibration, **kwargs)
+    lp, lr, b, a = np.broadcast_arrays(lp, lr, b, a)
+    _check_map_inputs(lp, lr, a, cal)
+    return lp, lr, b, a, cal
+
+
+def pos_map_logit(
+    logit_p: ArrayLike,
+    logit_p_ref: ArrayLike,
+    beta: ArrayLike,
+    *,
+    alpha: ArrayLike = 1.0,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """One step of the PoS recurrence on logits (Table 1; Theorems 2, 4, 9).
+
+    ``L_n = alpha L_ref + (1 - alpha) L_{n-1} + Omega(sigmoid(L_{n-1})) / beta``.
+    Logits may be ``+-inf`` (PoS exactly 1 or 0).
+
+    Parameters
+    ----------
+    logit_p, logit_p_ref : array_like
+        Logits of ``p_{n-1}`` and ``p_ref``.
+    beta : array_like
+        KL strength, ``> 0``.
+    alpha : array_like
+        Reference share of the two-KL penalty, in [0, 1].
+    calibration : Calibration, optional
+        Or pass the :func:`~grpo_companion.theory.weights` keywords.
+    """
+    lp, lr, b, a, cal = _prepare(logit_p, logit_p_ref, beta, alpha, calibration,
+                                 calibration_kwargs)
+    ref_part, keep = _affine_parts(lr, a)
+    with np.errstate(over="ignore"):
+        return ref_part + _prev_part(keep, lp) + cal._omega(lp) / b
+
+
+def pos_map(
+    p: ArrayLike,
+    p_ref: ArrayLike,
+    beta: ArrayLike,
+    *,
+    alpha: ArrayLike = 1.0,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """PoS map ``p_n = h(p_{n-1})`` (Theorem 2 eq. 8, Theorem 4 eq. 12, Theorem 9 eq. 23).
+
+    ``h(p) = sigmoid(alpha logit(p_ref) + (1 - alpha) logit(p) + Omega(p) / beta)``.
+    ``p_ref`` in {0, 1} is allowed (absorbing); see :func:`pos_map_logit`.
+    """
+    lp = logit(check_probability("p", p))
+    lr = logit(check_probability("p_ref", p_ref))
+    return sigmoid(pos_map_logit(lp, lr, beta, alpha=alpha, calibration=calibration,
+                                 **calibration_kwargs))
+
+
+def iterate_logit(
+    logit_p0: ArrayLike,
+    logit_p_ref: ArrayLike,
+    beta: ArrayLike,
+    n_steps: int,
+    *,
+    alpha: ArrayLike = 1.0,
+    keep_path: bool = True,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Iterate :func:`pos_map_logit` ``n_steps`` times from ``logit_p0``.
+
+    Returns
+    -------
+    ndarray
+        Shape ``(n_steps + 1, *broadcast_shape)`` with the starting logit first,
+        or only the final logits when ``keep_path=False``.
+    """
+    n_steps = _check_steps(n_steps)
+    lp, lr, b, a, cal = _prepare(logit_p0, logit_p_ref, beta, alpha, calibration,
+                                 calibration_kwargs)
+    ref_part, keep = _affine_parts(lr, a)
+    inv_beta = 1.0 / b
+    path = np.empty((n_steps + 1, *lp.shape)) if keep_path else None
+    current = np.array(lp, dtype=np.float64)
+    if path is not None:
+        path[0] = current
+    with np.errstate(over="ignore"):
+        for n in range(1, n_steps + 1):
+            current = ref_part + _prev_part(keep, current) + cal._omega(current) * inv_beta
+            if path is not None:
+                path[n] = current
+    return path if path is not None else current
+
+
+def iterate(
+    p0: ArrayLike,
+    p_ref: ArrayLike,
+    beta: ArrayLike,
+    n_steps: int,
+    *,
+    alpha: ArrayLike = 1.0,
+    keep_path: bool = True,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """PoS sequence ``p_0, ..., p_n`` of Table 1's recurrences (see :func:`iterate_logit`).
+
+    Returns an array of shape ``(n_steps + 1, ...)`` (or the last step only if
+    ``keep_path=False``). Use :func:`iterate_logit` to start or follow
+    probabilities closer to 1 than float64 can hold.
+    """
+    lp = logit(check_probability("p0", p0))
+    lr = logit(check_probability("p_ref", p_ref))
+    path = iterate_logit(lp, lr, beta, n_steps, alpha=alpha, keep_path=keep_path,
+                         calibration=calibration, **calibration_kwargs)
+    return special.expit(path, out=path) if path.ndim else special.expit(path)
+
+
+def _check_steps(n_steps: int) -> int:
+    if isinstance(n_steps, bool) or not isinstance(n_steps, int | np.integer) or n_steps < 0:
+        raise ValueError(f"n_steps must be an integer >= 0, got {n_steps!r}")
+    return int(n_steps)
+
+
+def pos_map_logit_derivative(
+    logit_p: ArrayLike,
+    beta: ArrayLike,
+    *,
+    alpha: ArrayLike = 1.0,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """``dL_n / dL_{n-1} = (1 - alpha) + Omega'(L) / beta`` (logit form of Proposition 1).
+
+    At a fixed point this equals ``dp_n / dp_{n-1}``, the multiplier used by Lemma 1.
+    """
+    lp = check_logit("logit_p", logit_p)
+    b = check_beta(beta)
+    a = check_alpha(alpha)
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    cal._check_boundary(np.asarray(lp))
+    return (1.0 - a) + cal._omega_prime(lp) / b
+
+
+def pos_map_derivative(
+    p: ArrayLike,
+    p_ref: ArrayLike,
+    beta: ArrayLike,
+    *,
+    alpha: ArrayLike = 1.0,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Derivative ``h'(p) = dp_n / dp_{n-1}`` of the PoS map (Proposition 1, Lemma 1).
+
+    ``h'(p) = h (1 - h) [(1 - alpha) / (p (1 - p)) + Omega'(p) / beta]``; for the
+    paper's GRPO with ``alpha = 1`` this is
+    ``-h (1 - h) (1 - 2p) / (2 beta (p (1 - p) + eps)^(3/2))``.
+    Requires ``p`` in (0, 1).
+    """
+    lp = logit(check_probability("p", p, open_interval=True))
+    lr = logit(check_probability("p_ref", p_ref))
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    nxt = pos_map_logit(lp, lr, beta, alpha=alpha, calibration=cal)
+    slope = pos_map_logit_derivative(lp, beta, alpha=alpha, calibration=cal)
+    # h (1 - h) / (p (1 - p)), formed in log space
+    ratio = np.exp(log_bernoulli_variance(nxt) - log_bernoulli_variance(lp))
+    return ratio * slope
+
+
+def stability_bound(
+    p_star: ArrayLike,
+    *,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Lemma 1: the reference map converges locally to ``p*`` if ``beta > B(p*)``.
+
+    ``B(p*) = |dOmega/dL|`` at ``p*``; for the paper's calibration
+    ``B(p*) = p* (1 - p*) |2 p* - 1| / (2 (p* (1 - p*) + eps)^(3/2))``.
+    At a fixed point of the reference map ``h'(p*) = Omega'(L*) / beta``, so
+    ``|h'(p*)| < 1`` exactly when ``beta > B(p*)``.
+    """
+    lp = logit(check_probability("p_star", p_star))
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    cal._check_boundary(np.asarray(lp))
+    return np.abs(cal._omega_prime(lp))

@@ -1,0 +1,87 @@
+"""Expected GRPO weights for a finite group of ``G`` samples (beyond the paper).
+
+The paper whitens with the population mean ``p`` and variance ``p (1 - p)``.
+Practice estimates both from the ``G`` rewards of one group. Fix one sample and
+let ``S ~ Bin(G - 1, p)`` count the successes among the other ``G - 1``. The
+group then has ``k = 1 + S`` successes if the sample succeeded and ``k = S`` if
+it failed, its mean is ``k / G`` and its variance estimate is
+``k (G - k) / (G (G - ddof))``. A group whose rewards are all equal
+(``k = 0`` or ``k = G``) gets advantage 0. The expected advantage given the
+sample's own reward is therefore a Bernstein polynomial in ``p``::
+
+    w+_G(p) =  E[A | r = 1] = sum_s Bin(s; G-1, p) * (1 - (s+1)/G) / scale(v_{s+1})
+    w-_G(p) = -E[A | r = 0] = sum_s Bin(s; G-1, p) * (s/G)         / scale(v_s)
+
+Both stay finite for ``eps = 0`` and for ``p`` in {0, 1}.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import special
+
+from ._scales import SCALES
+from .logistic import log_bernoulli_variance, log_sigmoid
+
+__all__ = ["group_gains", "group_weights_of_logit", "group_weights_prime_of_logit"]
+
+
+def group_gains(
+    group_size: int, normalization: str, eps: float, eps_placement: str, ddof: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Advantage magnitudes for a success and a failure given ``s`` other successes.
+
+    Returns
+    -------
+    gain_plus, gain_minus : ndarray of shape (group_size,)
+        ``gain_plus[s] = A(r=1 | k=s+1)`` and ``gain_minus[s] = -A(r=0 | k=s)``.
+    """
+    g = group_size
+    k = np.arange(g + 1, dtype=np.float64)
+    inv = np.zeros(g + 1)
+    inner = slice(1, g)  # k = 0 and k = G: all rewards equal, advantage 0
+    v = k[inner] * (g - k[inner]) / (g * (g - ddof))
+    inv[inner] = SCALES[normalization].inverse(v, np.log(v), eps, eps_placement)
+    s = np.arange(g, dtype=np.float64)
+    gain_plus = (1.0 - (s + 1.0) / g) * inv[1:]
+    gain_minus = (s / g) * inv[:-1]
+    return gain_plus, gain_minus
+
+
+def _binomial_pmf_of_logit(logit_p: np.ndarray, n: int) -> np.ndarray:
+    """``Bin(s; n, sigmoid(L))`` for s = 0..n on a new trailing axis, computed in log space."""
+    s = np.arange(n + 1, dtype=np.float64)
+    lp = log_sigmoid(logit_p)[..., None]
+    lq = log_sigmoid(-logit_p)[..., None]
+    log_comb = special.gammaln(n + 1.0) - special.gammaln(s + 1.0) - special.gammaln(n - s + 1.0)
+    with np.errstate(invalid="ignore"):
+        log_pmf = log_comb + np.where(s > 0, s * lp, 0.0) + np.where(s < n, (n - s) * lq, 0.0)
+    return np.exp(log_pmf)
+
+
+def group_weights_of_logit(
+    logit_p: np.ndarray, gains: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Expected weights ``(w+_G, w-_G)`` at ``p = sigmoid(logit_p)`` for the given gains."""
+    gain_plus, gain_minus = gains
+    pmf = _binomial_pmf_of_logit(np.asarray(logit_p, dtype=np.float64), gain_plus.size - 1)
+    return pmf @ gain_plus, pmf @ gain_minus
+
+
+def group_weights_prime_of_logit(
+    logit_p: np.ndarray, gains: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Derivatives ``d w+_G / dL`` and ``d w-_G / dL``.
+
+    Uses the Bernstein rule ``d/dp sum_s Bin(s; n, p) c_s = n sum_s Bin(s; n-1, p)
+    (c_{s+1} - c_s)`` and ``dp/dL = p (1 - p)``.
+    """
+    logit_p = np.asarray(logit_p, dtype=np.float64)
+    gain_plus, gain_minus = gains
+    n = gain_plus.size - 1
+    pmf = _binomial_pmf_of_logit(logit_p, n - 1)
+    dpdl = np.exp(log_bernoulli_variance(logit_p))
+    return (
+        n * dpdl * (pmf @ np.diff(gain_plus)),
+        n * dpdl * (pmf @ np.diff(gain_minus)),
+    )

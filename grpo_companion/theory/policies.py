@@ -1,0 +1,188 @@
+"""Closed-form optimal policies on a finite outcome space (Theorems 1, 4, 8; Lemmas 2, 3).
+
+Policies are arrays whose last axis runs over outcomes; leading axes batch
+prompts. Everything is computed in log space and normalised with logsumexp.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import special
+
+from ._validate import check_alpha, check_beta, check_probability_vector, check_success_mask
+from .calibration import Calibration, resolve_calibration
+
+__all__ = [
+    "anchored_policy",
+    "geometric_anchor",
+    "kl_divergence",
+    "optimal_policy",
+    "policy_iterate",
+    "pos",
+    "renyi_correction",
+    "renyi_divergence",
+]
+
+
+def _log(pi: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.log(pi)
+
+
+def _scaled_log(weight: np.ndarray, log_pi: np.ndarray) -> np.ndarray:
+    """``weight * log pi`` with ``0 * log 0 = 0`` (so ``pi^0 = 1``)."""
+    with np.errstate(invalid="ignore"):
+        return np.where(weight == 0, 0.0, weight * log_pi)
+
+
+def pos(policy: ArrayLike, success_mask: ArrayLike) -> np.ndarray:
+    """Probability of success ``sum_o pi(o) 1[r(o) = 1]`` (paper, eq. 7)."""
+    pi = check_probability_vector("policy", policy)
+    mask = check_success_mask(success_mask)
+    return np.sum(np.where(mask, pi, 0.0), axis=-1)
+
+
+def kl_divergence(p: ArrayLike, q: ArrayLike) -> np.ndarray:
+    """``KL(p || q) = sum p log(p / q)`` over the last axis (``inf`` if ``p`` is not << ``q``)."""
+    pp = check_probability_vector("p", p)
+    qq = check_probability_vector("q", q)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(pp > 0, pp * (_log(pp) - _log(qq)), 0.0)
+    return np.sum(terms, axis=-1)
+
+
+def renyi_divergence(p: ArrayLike, q: ArrayLike, order: float) -> np.ndarray:
+    """Renyi divergence ``D_a(p || q) = log(sum p^a q^(1-a)) / (a - 1)``, ``0 < a < 1``."""
+    a = float(check_alpha(order))
+    if not 0 < a < 1:
+        raise ValueError(f"order must be in (0, 1), got {order!r}")
+    pp = check_probability_vector("p", p)
+    qq = check_probability_vector("q", q)
+    log_sum = special.logsumexp(a * _log(pp) + (1 - a) * _log(qq), axis=-1)
+    return log_sum / (a - 1)
+
+
+def geometric_anchor(pi_ref: ArrayLike, pi_prev: ArrayLike, alpha: ArrayLike) -> np.ndarray:
+    """Lemma 2: ``anchor ∝ pi_ref^alpha pi_prev^(1-alpha)``.
+
+    ``alpha KL(pi||pi_ref) + (1 - alpha) KL(pi||pi_prev) = KL(pi||anchor) + const``.
+    """
+    ref = check_probability_vector("pi_ref", pi_ref)
+    prev = check_probability_vector("pi_prev", pi_prev)
+    a = check_alpha(alpha)[..., None]
+    log_anchor = _scaled_log(a, _log(ref)) + _scaled_log(1.0 - a, _log(prev))
+    norm = special.logsumexp(log_anchor, axis=-1, keepdims=True)
+    if np.isneginf(norm).any():
+        raise ValueError("pi_ref and pi_prev have disjoint supports: the anchor has no mass")
+    return np.exp(log_anchor - norm)
+
+
+def anchored_policy(
+    anchor: ArrayLike,
+    success_mask: ArrayLike,
+    p_nu: ArrayLike,
+    beta: ArrayLike,
+    *,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Theorem 8: maximiser of ``E_pi[A] - beta KL(pi || anchor)``.
+
+    ``pi* ∝ anchor * exp(A / beta)`` with ``A = +w+(p_nu)`` on successes and
+    ``-w-(p_nu)`` on failures; ``p_nu`` is the PoS of the sampling policy.
+    """
+    anc = check_probability_vector("anchor", anchor)
+    mask = check_success_mask(success_mask)
+    b = check_beta(beta)[..., None]
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    w_plus, w_minus = cal.weights(p_nu)
+    adv = np.where(mask, w_plus[..., None], -w_minus[..., None])
+    log_pi = _log(anc) + adv / b
+    return np.exp(log_pi - special.logsumexp(log_pi, axis=-1, keepdims=True))
+
+
+def optimal_policy(
+    pi_ref: ArrayLike,
+    pi_prev: ArrayLike,
+    success_mask: ArrayLike,
+    beta: ArrayLike,
+    *,
+    alpha: ArrayLike = 1.0,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """One GRPO iteration in policy space (no clipping), eq. (17).
+
+    Maximises ``E_pi[A_{n-1}] - beta (alpha KL(pi||pi_ref) + (1-alpha) KL(pi||pi_prev))``:
+    ``alpha = 1`` is Theorem 1, ``alpha = 0`` is Theorem 4, and ``0 < alpha < 1``
+    uses the geometric-mean anchor of Lemma 2 in Theorem 8.
+    """
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    anchor = geometric_anchor(pi_ref, pi_prev, alpha)
+    return anchored_policy(anchor, success_mask, pos(pi_prev, success_mask), beta,
+                           calibration=cal)
+
+
+def renyi_correction(
+    pi_ref: ArrayLike, pi_prev: ArrayLike, success_mask: ArrayLike, alpha: ArrayLike
+) -> np.ndarray:
+    """Renyi correction ``Delta_R`` of Lemma 3 / Theorem 9 (eq. 23).
+
+    ``Delta_R = (1 - alpha) (D_alpha(ref_F || prev_F) - D_alpha(ref_S || prev_S))``
+    where ``ref_S``, ``ref_F`` (``prev_S``, ``prev_F``) are ``pi_ref`` (``pi_prev``)
+    conditioned on success / failure. Then
+    ``logit PoS(anchor) = alpha L_ref + (1 - alpha) L_prev + Delta_R``. Zero when
+    ``pi_prev`` is a reward-class tilt of ``pi_ref`` (e.g. every iterate started
+    at ``pi_ref``). Both policies must give mass to successes and to failures.
+    """
+    ref = check_probability_vector("pi_ref", pi_ref)
+    prev = check_probability_vector("pi_prev", pi_prev)
+    mask = check_success_mask(success_mask)
+    a = check_alpha(alpha)[..., None]
+    for name, pi in (("pi_ref", ref), ("pi_prev", prev)):
+        s = np.sum(np.where(mask, pi, 0.0), axis=-1)
+        f = np.sum(np.where(mask, 0.0, pi), axis=-1)
+        if ((s <= 0) | (f <= 0)).any():
+            raise ValueError(f"{name} must give mass to successes and failures, PoS={s!r}")
+
+    def log_bhattacharyya(cls: np.ndarray) -> np.ndarray:
+        # (1 - alpha) D_alpha(P || Q) = -log sum P^alpha Q^(1-alpha) on one reward class
+        log_p = np.where(cls, _log(ref), -np.inf)
+        log_q = np.where(cls, _log(prev), -np.inf)
+        log_p = log_p - special.logsumexp(log_p, axis=-1, keepdims=True)
+        log_q = log_q - special.logsumexp(log_q, axis=-1, keepdims=True)
+        terms = np.where(cls, _scaled_log(a, log_p) + _scaled_log(1.0 - a, log_q), -np.inf)
+        return special.logsumexp(terms, axis=-1)
+
+    out = log_bhattacharyya(mask) - log_bhattacharyya(~mask)
+    if np.isnan(out).any():
+        raise ValueError("the Renyi correction is undefined: the anchor has no mass")
+    return out
+
+
+def policy_iterate(
+    pi_ref: ArrayLike,
+    success_mask: ArrayLike,
+    beta: ArrayLike,
+    n_steps: int,
+    *,
+    alpha: ArrayLike = 1.0,
+    pi_0: ArrayLike | None = None,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Policies ``pi_0, ..., pi_n`` of GRPO iterations (eq. 17), ``pi_0 = pi_ref`` by default.
+
+    Returns shape ``(n_steps + 1, *policy_shape)``.
+    """
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    ref = check_probability_vector("pi_ref", pi_ref)
+    current = ref if pi_0 is None else check_probability_vector("pi_0", pi_0)
+    out = [np.broadcast_to(current, np.broadcast_shapes(ref.shape, current.shape))]
+    for _ in range(int(n_steps)):
+        current = optimal_policy(ref, current, success_mask, beta, alpha=alpha, calibration=cal)
+        out.append(current)
+    return np.stack(out)

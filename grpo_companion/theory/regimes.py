@@ -1,0 +1,251 @@
+"""Long-run behaviour of the PoS recurrences: fixed points, 2-cycles, chaos, saturation.
+
+Lemma 1 and Theorem 6 give local convergence when ``|h'(p*)| < 1``. When the
+slope at every fixed point exceeds 1 in size the orbit can settle on a
+period-2 orbit or wander irregularly (paper, Figure 5, last row). This module
+classifies each cell of a parameter grid by iterating the logit map.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import special
+
+from ._validate import check_probability
+from .calibration import Calibration
+from .dynamics import _affine_parts, _prepare, _prev_part
+from .logistic import log_bernoulli_variance, logit
+from .roots import _newton_bracketed, fixed_points_logit
+
+__all__ = ["DynamicsResult", "Regime", "classify_dynamics", "period_two_orbits",
+           "period_two_orbits_logit"]
+
+
+class Regime(IntEnum):
+    """Long-run regime of a PoS orbit (integer codes suit regime maps)."""
+
+    FIXED_POINT = 0  #: converges to an interior fixed point
+    CYCLE_2 = 1  #: settles on a period-2 orbit
+    IRREGULAR = 2  #: neither (chaotic, longer period, or not yet settled)
+    SATURATES = 3  #: p_n -> 1 (logit -> +inf)
+    ABSORBED = 4  #: p_n = 0 for all n
+
+
+@dataclass(frozen=True)
+class DynamicsResult:
+    """Output of :func:`classify_dynamics`; every array has the broadcast parameter shape.
+
+    Attributes
+    ----------
+    regime : ndarray of int
+        :class:`Regime` codes.
+    period : ndarray of int
+        Smallest period ``<= max_period`` seen at the end of the run, 0 if none.
+    limits : ndarray, shape (..., 2)
+        PoS limit(s): ``(p*, p*)`` for a fixed point, the two points (ascending)
+        of a 2-cycle, ``(1, 1)`` when saturating, ``(0, 0)`` when absorbed and
+        NaN for irregular orbits.
+    lyapunov : ndarray
+        Mean of ``log |dp_n / dp_{n-1}|`` over the measuring steps: negative for
+        attracting fixed points and cycles, positive for chaotic orbits. NaN for
+        orbits sitting exactly at PoS 0 or 1, where it is not defined.
+    final_logit : ndarray
+        Logit of the last iterate.
+    """
+
+    regime: np.ndarray
+    period: np.ndarray
+    limits: np.ndarray
+    lyapunov: np.ndarray
+    final_logit: np.ndarray
+
+
+def classify_dynamics(
+    p0: ArrayLike,
+    p_ref: ArrayLike,
+    beta: ArrayLike,
+    *,
+    alpha: ArrayLike = 1.0,
+    n_transient: int = 1000,
+    n_measure: int = 1000,
+    max_period: int = 8,
+    tol: float = 1e-9,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> DynamicsResult:
+    """Classify the long-run behaviour of Table 1's recurrences from ``p0`` (all cells at once).
+
+    The orbit is iterated ``n_transient`` steps, then ``n_measure`` more while
+    the Lyapunov exponent is accumulated. A cell is a fixed point (period 1)
+    or a 2-cycle when its last logits repeat with that period to relative
+    tolerance ``tol``; mirror maps (``alpha = 0``, Theorem 5) and orbits whose
+    logit overflows saturate; ``p = 0`` with nothing to lift it is absorbed.
+    Near-neutral cells (``|h'(p*)|`` close to 1) may need more steps and are
+    reported as irregular with a Lyapunov exponent close to 0.
+    """
+    lp = logit(check_probability("p0", p0))
+    lr = logit(check_probability("p_ref", p_ref))
+    lp, lr, b, a, cal = _prepare(lp, lr, beta, alpha, calibration, calibration_kwargs)
+    ref_part, keep = _affine_parts(lr, a)
+    inv_beta = 1.0 / b
+    current = np.array(lp, dtype=np.float64)
+    lyap = np.zeros(current.shape)
+    history = []
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        for n in range(n_transient + n_measure):
+            nxt = ref_part + _prev_part(keep, current) + cal._omega(current) * inv_beta
+            if n >= n_transient:
+                slope = (1.0 - a) + cal._omega_prime(current) * inv_beta
+                lyap += (np.log(np.abs(slope)) + log_bernoulli_variance(nxt)
+                         - log_bernoulli_variance(current))
+            if n >= n_transient + n_measure - max_period - 1:
+                history.append(nxt)
+            current = nxt
+    lyap /= max(n_measure, 1)
+    hist = np.stack(history)  # oldest first, hist[-1] is the final logit
+    last = hist[-1]
+    scale = tol * np.maximum(1.0, np.abs(last))
+    period = np.zeros(last.shape, dtype=np.int64)
+    for k in range(max_period, 0, -1):
+        with np.errstate(invalid="ignore"):
+            period = np.where(np.abs(last - hist[-1 - k]) <= scale, k, period)
+
+    regime = np.full(last.shape, int(Regime.IRREGULAR))
+    regime = np.where(period == 1, int(Regime.FIXED_POINT), regime)
+    regime = np.where(period == 2, int(Regime.CYCLE_2), regime)
+    with np.errstate(invalid="ignore"):
+        rising = np.all(np.diff(hist, axis=0) > 0, axis=0)
+    saturating = (last == np.inf) | ((a == 0) & np.isfinite(last))
+    saturating |= rising & (period != 1) & (not np.isfinite(cal.omega_sup))
+    regime = np.where(saturating, int(Regime.SATURATES), regime)
+    regime = np.where(last == -np.inf, int(Regime.ABSORBED), regime)
+
+    pair = np.sort(np.stack([hist[-1], hist[-2]], axis=-1), axis=-1)
+    limits = np.full((*last.shape, 2), np.nan)
+    limits = np.where((regime == Regime.FIXED_POINT)[..., None], special.expit(last)[..., None],
+                      limits)
+    limits = np.where((regime == Regime.CYCLE_2)[..., None], special.expit(pair), limits)
+    limits = np.where((regime == Regime.SATURATES)[..., None], 1.0, limits)
+    limits = np.where((regime == Regime.ABSORBED)[..., None], 0.0, limits)
+    lyap = np.where(np.isinf(last) | np.isinf(lp), np.nan, lyap)
+    return DynamicsResult(regime, period, limits, lyap, last)
+
+
+def period_two_orbits_logit(
+    logit_p_ref: ArrayLike,
+    beta: ArrayLike,
+    *,
+    alpha: ArrayLike = 1.0,
+    n_grid: int = 4096,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Period-2 orbits ``{a, b}``, ``a < b``, ``f(a) = b``, ``f(b) = a``, of the logit map.
+
+    Fixed points of ``f o f`` that are not fixed points of ``f``. Every periodic
+    orbit of a map with ``alpha > 0`` lies in the invariant interval
+    ``[L_ref + Omega_inf / (alpha beta), L_ref + Omega_sup / (alpha beta)]``
+    (for unbounded ``Omega``: up to the largest fixed point); ``f o f - id`` is
+    scanned there on a grid refined where ``Omega`` varies, and sign changes are
+    refined by safeguarded Newton steps. Orbits whose two roots fall within one
+    grid cell can be missed (near a period-doubling bifurcation).
+
+    Returns
+    -------
+    ndarray
+        Shape ``(..., k, 2)``, NaN-padded for array arguments; ``(k, 2)`` for
+        scalars.
+    """
+    lr = np.asarray(logit_p_ref, dtype=np.float64)
+    _, lr, b, a, cal = _prepare(np.zeros_like(lr), lr, beta, alpha, calibration,
+                                calibration_kwargs)
+    shape = lr.shape
+    lr, b, a = lr.ravel(), b.ravel(), a.ravel()
+    active = (a > 0) & np.isfinite(lr)
+    c = np.where(active, 1.0 / np.where(active, a * b, 1.0), 0.0)
+    lo = lr + c * cal.omega_inf * (1 - 1e-9)
+    if np.isfinite(cal.omega_sup):
+        hi = lr + c * cal.omega_sup * (1 + 1e-9)
+    else:
+        hi = np.nanmax(np.atleast_2d(fixed_points_logit(lr, b, alpha=a, calibration=cal)),
+                       axis=-1, initial=-np.inf)
+    active &= hi > lo
+    t = np.linspace(0.0, 1.0, n_grid)
+    table = cal._logit_table
+    dense = np.linspace(table[0], table[-1], n_grid)
+
+    def f(x: np.ndarray, i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ref_part, keep = _affine_parts(lr[i], a[i])
+        val = ref_part + keep * x + cal._omega(x) / b[i]
+        slope = keep + cal._omega_prime(x) / b[i]
+        return val, slope
+
+    def ff(x: np.ndarray, i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        y, dy = f(x, i)
+        z, dz = f(y, i)
+        return z - x, dz * dy - 1.0
+
+    out = np.full((lr.size, 0, 2), np.nan)
+    rows_all = np.flatnonzero(active)
+    chunk = max(1, 2**22 // (2 * n_grid))
+    results = []
+    for start in range(0, rows_all.size, chunk):
+        rows = rows_all[start:start + chunk]
+        grid = np.concatenate([lo[rows, None] + (hi - lo)[rows, None] * t,
+                               np.clip(dense, lo[rows, None], hi[rows, None])], axis=1)
+        grid = np.sort(grid, axis=1)
+        cells = np.broadcast_to(rows[:, None], grid.shape)
+        vals = ff(grid.ravel(), cells.ravel())[0].reshape(grid.shape)
+        left, right = vals[:, :-1], vals[:, 1:]
+        has = (np.sign(left) * np.sign(right) < 0) | ((right == 0) & (grid[:, 1:] > grid[:, :-1]))
+        r_i, j_i = np.nonzero(has)
+        if r_i.size == 0:
+            continue
+        cell = rows[r_i]
+        x = _newton_bracketed(lambda z, i, cell=cell: ff(z, cell[i]), grid[r_i, j_i],
+                              grid[r_i, j_i + 1], left[r_i, j_i], right[r_i, j_i])
+        image = f(x, cell)[0]
+        lower = image - x > 1e-7 * np.maximum(1.0, np.abs(x))  # lower point, not a fixed point
+        results.append((cell[lower], x[lower], image[lower]))
+    if results:
+        cell = np.concatenate([r[0] for r in results])
+        low = np.concatenate([r[1] for r in results])
+        high = np.concatenate([r[2] for r in results])
+        width = int(np.bincount(cell, minlength=lr.size).max())
+        out = np.full((lr.size, width, 2), np.nan)
+        order = np.lexsort((low, cell))
+        cell, low, high = cell[order], low[order], high[order]
+        slot = np.arange(cell.size) - np.searchsorted(cell, cell)
+        out[cell, slot, 0] = low
+        out[cell, slot, 1] = high
+    out = out.reshape(*shape, -1, 2)
+    if not shape:
+        return out[~np.isnan(out[:, 0])]
+    return out
+
+
+def period_two_orbits(
+    p_ref: ArrayLike,
+    beta: ArrayLike,
+    *,
+    alpha: ArrayLike = 1.0,
+    n_grid: int = 4096,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Period-2 orbits of the PoS map in probability space; see :func:`period_two_orbits_logit`.
+
+    Returns pairs ``(p_a, p_b)`` with ``p_a < p_b``, ``h(p_a) = p_b`` and
+    ``h(p_b) = p_a`` (fixed points of ``h o h`` that are not fixed points of ``h``).
+    """
+    lr = logit(check_probability("p_ref", p_ref))
+    orbits = period_two_orbits_logit(lr, beta, alpha=alpha, n_grid=n_grid,
+                                     calibration=calibration, **calibration_kwargs)
+    return special.expit(orbits)
+
+

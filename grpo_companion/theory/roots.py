@@ -1,0 +1,225 @@
+"""All interior fixed points and period-2 orbits of the PoS maps, vectorised over cells.
+
+Fixed points of ``L -> alpha L_ref + (1 - alpha) L + Omega(L) / beta`` with
+``alpha > 0`` are the zeros of::
+
+    g(L) = L_ref + c * Omega(L) - L,        c = 1 / (alpha beta)
+
+(Theorem 2 for ``alpha = 1``; Table 1, two-KL row, for ``0 < alpha < 1``).
+``g(L_ref) = c Omega(L_ref) > 0``, so every root exceeds ``L_ref``
+(Theorem 3), and ``g(L) < 0`` for ``L > L_ref + c sup Omega``. Between the
+(cell-independent) extrema of ``Omega'`` the derivative ``g'`` is monotone,
+so each such piece holds at most one critical point of ``g``; between
+critical points ``g`` is monotone and holds at most one root. Every root is
+therefore bracketed and refined by vectorised, bracket-safeguarded Newton
+steps. No per-cell Python loop is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import special
+
+from ._validate import check_alpha, check_beta, check_logit, check_probability
+from .calibration import Calibration, resolve_calibration
+from .logistic import logit
+
+__all__ = ["fixed_points", "fixed_points_logit"]
+
+_XTOL = 4.0 * np.finfo(np.float64).eps
+
+
+def _midpoint(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Bisection point in ``asinh`` coordinates: arithmetic for nearby ends, geometric
+    for ends of very different size (brackets can reach ``1e150`` when ``eps`` is tiny)."""
+    mid = np.sinh(0.5 * (np.arcsinh(a) + np.arcsinh(b)))
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    return np.where((mid > lo) & (mid < hi), mid, 0.5 * (a + b))
+
+
+def _newton_bracketed(
+    f: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+    a: np.ndarray,
+    b: np.ndarray,
+    fa: np.ndarray,
+    fb: np.ndarray,
+    max_iter: int = 400,
+) -> np.ndarray:
+    """Roots of ``f`` on brackets ``[a, b]`` (``fa * fb < 0``), elementwise.
+
+    ``f(x, idx)`` returns the value and the derivative. A Newton step is taken
+    when it stays inside the current bracket and at least halves the step made
+    two iterations earlier; otherwise the bracket is bisected (as in
+    Numerical Recipes' ``rtsafe``). The bracket is updated with every evaluation.
+    """
+    out = np.empty(a.size)
+    idx = np.arange(a.size)
+    x = np.where(np.abs(fa) < np.abs(fb), a, b)
+    step_old = np.abs(b - a)
+    step = step_old.copy()
+    for _ in range(max_iter):
+        if idx.size == 0:
+            break
+        fx, dfx = f(x, idx)
+        like_a = np.sign(fx) == np.sign(fa)
+        a = np.where(like_a, x, a)
+        b = np.where(like_a, b, x)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            nxt = x - fx / dfx
+        lo, hi = np.minimum(a, b), np.maximum(a, b)
+        newton = (nxt > lo) & (nxt < hi) & (np.abs(nxt - x) <= 0.5 * step_old)
+        nxt = np.where(newton, nxt, _midpoint(a, b))
+        step_old, step = step, np.abs(nxt - x)
+        tol = _XTOL * np.maximum(1.0, np.abs(x))
+        done = (fx == 0) | (step <= tol) | (hi - lo <= tol)
+        out[idx[done]] = np.where(fx[done] == 0, x[done], nxt[done])
+        keep = ~done
+        a, b, fa, x, idx = a[keep], b[keep], fa[keep], nxt[keep], idx[keep]
+        step_old, step = step_old[keep], step[keep]
+    out[idx] = x
+    return out
+
+
+def _critical_points(cal: Calibration, slope: np.ndarray) -> np.ndarray:
+    """Solutions ``L`` of ``Omega'(L) = slope`` on each monotone piece of ``Omega'``.
+
+    Returns shape ``(n, pieces)``, NaN where a piece has none. Uses the
+    calibration's cell-independent table (linear interpolation, spacing 0.01 in
+    the logit); the critical points only delimit the monotone stretches of ``g``.
+    """
+    pieces = cal.omega_prime_pieces
+    out = np.full((slope.size, len(pieces)), np.nan)
+    for j, (values, logits) in enumerate(pieces):
+        inside = (slope >= values[0]) & (slope <= values[-1])
+        out[inside, j] = np.interp(slope[inside], values, logits)
+        beyond = (slope > values[-1]) & (logits[-1] == cal._logit_table[[0, -1]]).any()
+        if beyond.any():
+            raise ValueError(
+                "alpha * beta is outside the supported range for this calibration "
+                f"(a turning point of the fixed-point equation lies beyond |logit| = "
+                f"{cal._logit_table[-1]:.0f})"
+            )
+    return out
+
+
+def _pad_rows(values: np.ndarray) -> np.ndarray:
+    """Sort each row (NaN last) and drop columns that are NaN in every row."""
+    values = np.sort(values, axis=-1)
+    if values.size == 0:
+        return values
+    width = int(np.max(np.sum(~np.isnan(values), axis=-1), initial=0))
+    return values[..., :width]
+
+
+def _fixed_points_flat(lr: np.ndarray, c: np.ndarray, cal: Calibration) -> np.ndarray:
+    """Roots of ``g`` per cell for flat arrays ``lr`` (finite) and ``c`` (> 0)."""
+    n = lr.size
+
+    def g(x: np.ndarray, i: np.ndarray) -> np.ndarray:
+        return lr[i] + c[i] * cal._omega(x) - x
+
+    def g_and_slope(x: np.ndarray, i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return g(x, i), c[i] * cal._omega_prime(x) - 1.0
+
+    every = np.arange(n)
+    lo = lr.copy()
+    turns = cal.omega_prime_extrema
+    with np.errstate(over="ignore"):
+        if np.isfinite(cal.omega_sup):
+            hi = lr + c * cal.omega_sup + 1.0
+        else:  # g -> +inf: go past the last turn of Omega' until g and g' are both > 0
+            start = np.maximum(lo, turns[-1] if turns.size else lo) + 1.0
+            hi, step = start.copy(), np.ones(n)
+            for _ in range(2100):
+                gv, dv = g_and_slope(hi, every)
+                open_ = (gv <= 0) | (dv <= 0)
+                if not open_.any():
+                    break
+                step = np.where(open_, 2.0 * step, step)
+                hi = np.where(open_, start + step, hi)
+    if not np.isfinite(hi).all():
+        raise ValueError("beta is too small: the fixed-point search range overflows float64")
+    crit = _critical_points(cal, 1.0 / c)
+    knots = np.concatenate([lo[:, None], turns[None, :].repeat(n, 0), crit, hi[:, None]], axis=1)
+    knots = np.where((knots >= lo[:, None]) & (knots <= hi[:, None]), knots, np.nan)
+    knots = np.sort(knots, axis=1)
+    ok = ~np.isnan(knots)
+    g_knots = np.full(knots.shape, np.nan)
+    g_knots[ok] = g(knots[ok], np.broadcast_to(every[:, None], knots.shape)[ok])
+    left, right = g_knots[:, :-1], g_knots[:, 1:]
+    has = (np.sign(left) * np.sign(right) < 0) | ((right == 0) & (knots[:, 1:] > knots[:, :-1]))
+    roots = np.full(left.shape, np.nan)
+    if has.any():
+        rows, js = np.nonzero(has)
+        roots[rows, js] = _newton_bracketed(
+            lambda x, i: g_and_slope(x, rows[i]),
+            knots[rows, js], knots[rows, js + 1], left[rows, js], right[rows, js],
+        )
+    return roots
+
+
+def fixed_points_logit(
+    logit_p_ref: ArrayLike,
+    beta: ArrayLike,
+    *,
+    alpha: ArrayLike = 1.0,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Logits of every interior fixed point (Theorem 2 / Table 1), in increasing order.
+
+    Solves ``L = L_ref + Omega(L) / (alpha beta)``. Returns a 1-D array for
+    scalar arguments; otherwise the broadcast shape plus one trailing axis,
+    padded with NaN. ``alpha = 0`` (mirror, Theorem 5) and ``L_ref = +-inf``
+    (``p_ref`` in {0, 1}, absorbing) have no interior fixed point.
+    """
+    lr = check_logit("logit_p_ref", logit_p_ref)
+    b = check_beta(beta)
+    a = check_alpha(alpha)
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    lr, b, a = np.broadcast_arrays(lr, b, a)
+    shape = lr.shape
+    active = (a > 0) & np.isfinite(lr)
+    flat_roots = np.full((lr.size, 0), np.nan)
+    if active.any():
+        act = active.ravel()
+        sub = _fixed_points_flat(lr.ravel()[act], 1.0 / (a.ravel()[act] * b.ravel()[act]), cal)
+        flat_roots = np.full((lr.size, sub.shape[1]), np.nan)
+        flat_roots[act] = sub
+    roots = _pad_rows(flat_roots).reshape(*shape, -1)
+    if not shape:
+        return roots[~np.isnan(roots)]
+    return roots
+
+
+def fixed_points(
+    p_ref: ArrayLike,
+    beta: ArrayLike,
+    *,
+    alpha: ArrayLike = 1.0,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Every fixed point ``p* = h(p*)`` in (0, 1), sorted (Theorem 2, Proposition 1, Table 1).
+
+    For the reference map (``alpha = 1``) there can be one or three; all satisfy
+    ``p* > p_ref`` (Theorem 3). Two-KL maps started at ``pi_ref`` share the
+    fixed points of the reference map with ``beta`` replaced by ``alpha beta``.
+    Mirror maps (``alpha = 0``) and ``p_ref`` in {0, 1} have none.
+
+    Returns
+    -------
+    ndarray
+        Scalar arguments: the 1-D array of fixed points. Array arguments: one
+        more trailing axis holding each cell's fixed points in increasing order,
+        padded with NaN. A fixed point closer to 1 than float64 resolves prints as
+        1.0; :func:`fixed_points_logit` keeps its exact logit.
+    """
+    lr = logit(check_probability("p_ref", p_ref))
+    roots = fixed_points_logit(lr, beta, alpha=alpha, calibration=calibration,
+                               **calibration_kwargs)
+    return special.expit(roots)
