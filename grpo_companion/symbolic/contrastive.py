@@ -65,7 +65,7 @@ def clipped_surrogate_by_sign() -> dict[str, SignCase]:
 
     For an advantage ``a > 0``: ``f(x, a) = a min(x, 1 + c)``.
     For an advantage ``-a < 0``: ``f(x, -a) = -a max(x, 1 - c)``.
-    Each is proven on the three clip regions (see :func:`_region_value`).
+    Each is proven on the three clip regions (see ``_region_value``).
 
     Returns
     -------
@@ -119,7 +119,7 @@ def contrastive_identity(
     """Derive the weighted contrastive form of the GRPO objective (Section 2.2, eq. 5).
 
     The success weight ``w_+`` and failure weight ``w_-`` are positive symbols
-    (positivity holds for every calibration in :mod:`.calibration` when
+    (positivity holds for every calibration in :mod:`grpo_companion.symbolic.calibration` when
     ``0 < p < 1``). For the clipped objective the equality is proven on every
     combination of clip regions of the ``n_success + n_failure`` ratios; for
     the unclipped one the importance ratio cancels, ``E_old[x 1{r}] = P_pi(r)``.

@@ -1,0 +1,19 @@
+"""PyTorch side of the companion: tasks with verifiers, policies, GRPO losses, trainer.
+
+Modules (import what you need; :mod:`losses` alone is enough to drop the GRPO
+loss into your own loop):
+
+- :mod:`~grpo_companion.rl.losses`: group advantages, per-token clipped loss
+  with KL estimators, TRL-style aggregation, exact tabular objective;
+- :mod:`~grpo_companion.rl.tasks`: the bandit and the addition task;
+- :mod:`~grpo_companion.rl.policies`: tabular softmax and tiny transformer;
+- :mod:`~grpo_companion.rl.trainer`: ``TrainConfig`` and ``train`` (Algorithm 1
+  and its exact version);
+- :mod:`~grpo_companion.rl.io`: atomic file writes;
+- :mod:`~grpo_companion.rl.cli`: ``python -m grpo_companion train``.
+"""
+
+from grpo_companion.rl import losses
+from grpo_companion.rl.trainer import TrainConfig, TrainResult, train
+
+__all__ = ["TrainConfig", "TrainResult", "losses", "train"]

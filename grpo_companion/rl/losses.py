@@ -1,0 +1,362 @@
+"""GRPO losses: group advantages, the per-token clipped surrogate with a KL
+penalty, loss aggregation, and the exact tabular objective.
+
+Everything here is a plain function of tensors, so it can be dropped into any
+training loop. Naming: ``eps`` is only the smoothing constant of the reward
+normalisation (the paper's epsilon in eq. (4)); the PPO clipping range is
+``clip_eps_low`` / ``clip_eps_high``.
+
+How the options map to practice (described in our own words):
+
+- ``group_advantages(normalization="mean_std", eps_placement="sqrt", ddof=0)``
+  is the paper's stabilised whitening, eq. (4): ``(r - mean) / sqrt(var + eps)``.
+- ``group_advantages(normalization="mean_std", eps_placement="std", eps=1e-4,
+  ddof=1)`` is what TRL's ``GRPOTrainer`` does by default: divide the centred
+  reward by the Bessel-corrected group standard deviation plus ``1e-4``.
+- ``normalization="mean_only"`` is Dr. GRPO's centring without scaling, eq. (13)
+  (TRL: ``scale_rewards=False``).
+- ``grpo_loss(..., kl="k3")`` adds the "k3" estimator of the KL to the reference
+  to the per-token loss, as DeepSeekMath and TRL (``beta > 0``) do.
+- ``loss_type`` reproduces TRL's four ways of turning per-token losses into one
+  number (see :func:`aggregate`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+NORMALIZATIONS = ("mean_std", "mean_only")
+EPS_PLACEMENTS = ("sqrt", "std")
+KL_ESTIMATORS = ("k1", "k2", "k3", "k3_ratio")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def _check_real(name: str, value: float, low: float, high: float) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or math.isnan(value)
+        or not low <= value <= high
+    ):
+        raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    *,
+    normalization: str = "mean_std",
+    eps: float = 1e-4,
+    eps_placement: str = "std",
+    ddof: int = 1,
+) -> torch.Tensor:
+    """Group-relative advantages of Algorithm 1, line 8.
+
+    Parameters
+    ----------
+    rewards
+        Rewards of shape ``(n_groups, G)``: row ``i`` holds the ``G`` rewards of
+        the outputs sampled for prompt ``i``.
+    normalization
+        ``"mean_std"``: centre by the group mean and divide by the group
+        standard deviation (GRPO, eq. (1) and (4)). ``"mean_only"``: centre only
+        (Dr. GRPO, eq. (13)).
+    eps
+        Smoothing constant (``>= 0``) of the standard deviation.
+    eps_placement
+        ``"sqrt"``: divide by ``sqrt(var + eps)`` (the paper, eq. (4)).
+        ``"std"``: divide by ``std + eps`` (TRL and DeepSeekMath practice).
+    ddof
+        ``0``: population variance (the paper's Bernoulli variance ``p(1-p)``
+        with ``p`` the empirical success rate); ``1``: Bessel correction (TRL).
+
+    Returns
+    -------
+    torch.Tensor
+        Advantages of shape ``(n_groups, G)``. A group whose rewards are all
+        equal gets zero advantage exactly, whatever ``eps`` is (it carries no
+        learning signal, and with ``eps = 0`` the division would be 0/0).
+    """
+    _check_choice("normalization", normalization, NORMALIZATIONS)
+    _check_choice("eps_placement", eps_placement, EPS_PLACEMENTS)
+    _check_real("eps", eps, 0.0, math.inf)
+    if ddof not in (0, 1):
+        raise ValueError(f"ddof must be 0 or 1, got {ddof!r}")
+    if rewards.ndim != 2:
+        raise ValueError(
+            f"rewards must have shape (n_groups, group_size), got {tuple(rewards.shape)}"
+        )
+    group_size = rewards.shape[1]
+    if group_size < 1 + ddof:
+        raise ValueError(f"group_size must be >= {1 + ddof} with ddof={ddof}, got {group_size}")
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    if normalization == "mean_only":
+        advantages = centred
+    else:
+        var = rewards.var(dim=1, correction=ddof, keepdim=True)
+        scale = torch.sqrt(var + eps) if eps_placement == "sqrt" else torch.sqrt(var) + eps
+        advantages = centred / scale
+    constant = (rewards == rewards[:, :1]).all(dim=1, keepdim=True)
+    return torch.where(constant, torch.zeros_like(advantages), advantages)
+
+
+def kl_penalty(
+    logp: torch.Tensor, anchor_logp: torch.Tensor, kl: str, old_logp: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per-token KL estimator between the policy and an anchor, on samples.
+
+    With ``d = anchor_logp - logp`` (log of the anchor-to-policy ratio):
+
+    - ``"k1"``: ``-d``. Unbiased for KL(pi||anchor) on samples from pi, but its
+      expected gradient is zero, so as a loss term it does nothing on average.
+    - ``"k2"``: ``d**2 / 2``. Its expected gradient under pi is the gradient of
+      KL(pi||anchor).
+    - ``"k3"``: ``exp(d) - d - 1`` (DeepSeekMath; TRL with ``beta > 0``). Its
+      value is unbiased for KL(pi||anchor) on on-policy samples, but its
+      expected *gradient* is that of KL(anchor||pi), the reverse direction.
+    - ``"k3_ratio"``: k3 times the (differentiated) importance ratio
+      ``pi / pi_old``; the weighted sum over samples from pi_old estimates
+      E_pi[k3] = KL(pi||anchor), whose gradient it then follows.
+    """
+    _check_choice("kl", kl, KL_ESTIMATORS)
+    diff = anchor_logp - logp
+    if kl == "k1":
+        return -diff
+    if kl == "k2":
+        return 0.5 * diff.square()
+    k3 = torch.expm1(diff) - diff
+    if kl == "k3":
+        return k3
+    if old_logp is None:
+        raise ValueError("kl='k3_ratio' needs old_logp, got None")
+    return torch.exp(logp - old_logp) * k3
+
+
+def _clip_bounds(
+    clip_eps_low: float | None, clip_eps_high: float | None
+) -> tuple[float, float] | None:
+    if clip_eps_low is None or clip_eps_low == math.inf:
+        if clip_eps_high is not None and clip_eps_high != math.inf:
+            raise ValueError(
+                f"clip_eps_high must be None when clipping is off (clip_eps_low="
+                f"{clip_eps_low!r}), got {clip_eps_high!r}"
+            )
+        return None
+    _check_real("clip_eps_low", clip_eps_low, 0.0, 1.0)
+    high = clip_eps_low if clip_eps_high is None else clip_eps_high
+    _check_real("clip_eps_high", high, 0.0, math.inf)
+    return 1.0 - clip_eps_low, 1.0 + high
+
+
+def per_token_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    *,
+    clip_eps_low: float | None = 0.2,
+    clip_eps_high: float | None = None,
+    beta: float = 0.0,
+    kl: str = "k3",
+    alpha: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token GRPO loss (the negated objective of (GRPO-Clip), Section 2).
+
+    ``loss = -min(ratio * A, clip(ratio, 1 - clip_eps_low, 1 + clip_eps_high) * A)
+    + beta * (alpha * k(pi, pi_ref) + (1 - alpha) * k(pi, pi_old))`` with
+    ``ratio = exp(logp - old_logp)`` and ``k`` the estimator named by ``kl``.
+    Because of the ``min``, the clip only acts in the direction the advantage
+    pushes: for ``A > 0`` the ratio is capped at ``1 + clip_eps_high``, for
+    ``A < 0`` at ``1 - clip_eps_low`` (PPO / TRL; DAPO's "clip-higher" is
+    ``clip_eps_high > clip_eps_low``). The KL anchor mixes the reference
+    (``alpha = 1``, the paper's GRPO, eq. (6)) and the previous policy
+    ``pi_old`` (``alpha = 0``, Mirror GRPO, eq. (9)); ``0 < alpha < 1`` is the
+    two-KL objective of eq. (17).
+
+    Parameters
+    ----------
+    logp, old_logp, ref_logp
+        Per-token log-probabilities ``(batch, tokens)`` of the sampled tokens
+        under the policy being optimised, the sampling (old) policy and the
+        reference. ``ref_logp`` may be ``None`` when ``beta == 0`` or
+        ``alpha == 0``.
+    advantages
+        One advantage per sequence, shape ``(batch,)``.
+    clip_eps_low, clip_eps_high
+        PPO clipping range; ``clip_eps_low=None`` (or ``inf``) turns clipping
+        off; ``clip_eps_high=None`` means ``clip_eps_high = clip_eps_low``.
+    beta
+        KL penalty weight (``>= 0``).
+    kl
+        ``"k1" | "k2" | "k3" | "k3_ratio"``, see :func:`kl_penalty`.
+    alpha
+        Share of the reference in the KL anchor, in ``[0, 1]``.
+
+    Returns
+    -------
+    (loss, clipped)
+        Per-token losses ``(batch, tokens)`` and a boolean tensor marking the
+        tokens where the clipped branch is the one in force.
+    """
+    bounds = _clip_bounds(clip_eps_low, clip_eps_high)
+    _check_real("beta", beta, 0.0, math.inf)
+    _check_real("alpha", alpha, 0.0, 1.0)
+    _check_choice("kl", kl, KL_ESTIMATORS)
+    if logp.ndim != 2:
+        raise ValueError(f"logp must have shape (batch, tokens), got {tuple(logp.shape)}")
+    if old_logp.shape != logp.shape:
+        raise ValueError(f"old_logp must have shape {tuple(logp.shape)}, got "
+                         f"{tuple(old_logp.shape)}")
+    if advantages.shape != logp.shape[:1]:
+        raise ValueError(f"advantages must have shape {tuple(logp.shape[:1])}, got "
+                         f"{tuple(advantages.shape)}")
+    needs_ref = beta > 0 and alpha > 0
+    if needs_ref and (ref_logp is None or ref_logp.shape != logp.shape):
+        shape = None if ref_logp is None else tuple(ref_logp.shape)
+        raise ValueError(f"ref_logp must have shape {tuple(logp.shape)} when beta > 0 and "
+                         f"alpha > 0, got {shape}")
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages.unsqueeze(1)
+    surrogate = ratio * adv
+    if bounds is None:
+        clipped = torch.zeros_like(surrogate, dtype=torch.bool)
+    else:
+        low, high = bounds
+        surrogate = torch.minimum(surrogate, torch.clamp(ratio, low, high) * adv)
+        clipped = ((ratio < low) & (adv < 0)) | ((ratio > high) & (adv > 0))
+    loss = -surrogate
+    if beta > 0:
+        penalty = torch.zeros_like(loss)
+        if alpha > 0:
+            penalty = penalty + alpha * kl_penalty(logp, ref_logp, kl, old_logp)
+        if alpha < 1:
+            penalty = penalty + (1 - alpha) * kl_penalty(logp, old_logp, kl, old_logp)
+        loss = loss + beta * penalty
+    return loss, clipped
+
+
+def aggregate(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    loss_type: str = "grpo",
+    max_completion_length: int | None = None,
+) -> torch.Tensor:
+    """Reduce per-token losses to a scalar, as TRL's ``loss_type`` options do.
+
+    - ``"grpo"``: average the tokens of each sequence, then average the
+      sequences (DeepSeekMath's formula; long sequences weigh less per token).
+    - ``"bnpo"``: sum over all unmasked tokens of the batch divided by their
+      number.
+    - ``"dr_grpo"``: sum over all unmasked tokens divided by
+      ``batch * max_completion_length`` (Dr. GRPO's constant normaliser;
+      ``max_completion_length=None`` uses the number of token columns).
+    - ``"dapo"``: sum over all unmasked tokens divided by their number. TRL
+      counts the tokens across every process of a distributed run; this
+      single-process version therefore equals ``"bnpo"`` here.
+    """
+    _check_choice("loss_type", loss_type, LOSS_TYPES)
+    if mask.shape != per_token.shape:
+        raise ValueError(f"mask must have shape {tuple(per_token.shape)}, got "
+                         f"{tuple(mask.shape)}")
+    mask = mask.to(per_token.dtype)
+    masked = per_token * mask
+    if loss_type == "grpo":
+        return (masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).mean()
+    if loss_type in ("bnpo", "dapo"):
+        return masked.sum() / mask.sum().clamp(min=1.0)
+    length = per_token.shape[1] if max_completion_length is None else max_completion_length
+    if isinstance(length, bool) or not isinstance(length, int) or length < per_token.shape[1]:
+        raise ValueError(f"max_completion_length must be an int >= the number of token columns "
+                         f"({per_token.shape[1]}), got {max_completion_length!r}")
+    return masked.sum() / (per_token.shape[0] * length)
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_eps_low: float | None = 0.2,
+    clip_eps_high: float | None = None,
+    beta: float = 0.0,
+    kl: str = "k3",
+    loss_type: str = "grpo",
+    max_completion_length: int | None = None,
+    alpha: float = 1.0,
+) -> torch.Tensor:
+    """The GRPO loss of Algorithm 1, line 10, as a scalar to minimise.
+
+    :func:`per_token_loss` followed by :func:`aggregate`; see both for the
+    options. With ``clip_eps_low=None``, ``beta > 0``, ``kl="k3_ratio"`` it is a
+    sample estimate of the negated (GRPO-No-Clip) objective of Section 2.3.
+    """
+    per_token, _ = per_token_loss(
+        logp, old_logp, ref_logp, advantages, clip_eps_low=clip_eps_low,
+        clip_eps_high=clip_eps_high, beta=beta, kl=kl, alpha=alpha,
+    )
+    return aggregate(per_token, mask, loss_type=loss_type,
+                     max_completion_length=max_completion_length)
+
+
+def tabular_kl(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """Exact KL(p||q) = sum_o p(o) (log p(o) - log q(o)) over the last axis.
+
+    Log-probabilities must be finite (the tabular policies use a large
+    negative logit, not ``-inf``, for zero-probability outputs, so that
+    ``0 * log 0`` terms vanish without NaN).
+    """
+    return (logp.exp() * (logp - logq)).sum(dim=-1)
+
+
+def exact_objective(
+    logp: torch.Tensor,
+    success: torch.Tensor,
+    w_plus: torch.Tensor,
+    w_minus: torch.Tensor,
+    *,
+    beta: float,
+    ref_logp: torch.Tensor,
+    prev_logp: torch.Tensor,
+    alpha: float = 1.0,
+) -> torch.Tensor:
+    """Exact per-prompt objective of the GRPO iterations, eq. (6), (9) and (17).
+
+    ``J(pi) = w+ * P_pi(success) - w- * P_pi(failure)
+    - beta * (alpha * KL(pi||pi_ref) + (1 - alpha) * KL(pi||pi_prev))``,
+    i.e. the expectation over outputs of the calibrated reward (eq. (4) or
+    (13)) with every sample average replaced by its exact value.
+
+    Parameters
+    ----------
+    logp, ref_logp, prev_logp
+        Log-probabilities ``(n_prompts, n_outputs)`` of the policy, the
+        reference and the previous iterate.
+    success
+        Boolean ``(n_prompts, n_outputs)``: which outputs the verifier accepts.
+    w_plus, w_minus
+        Calibration weights ``(n_prompts,)`` computed from the previous PoS.
+
+    Returns
+    -------
+    torch.Tensor
+        ``J`` per prompt, shape ``(n_prompts,)``; concave in the logits.
+    """
+    probs = logp.exp()
+    p_success = (probs * success).sum(dim=-1)
+    p_failure = (probs * ~success).sum(dim=-1)
+    value = w_plus * p_success - w_minus * p_failure
+    penalty = torch.zeros_like(value)
+    if alpha > 0:
+        penalty = penalty + alpha * tabular_kl(logp, ref_logp)
+    if alpha < 1:
+        penalty = penalty + (1 - alpha) * tabular_kl(logp, prev_logp)
+    return value - beta * penalty

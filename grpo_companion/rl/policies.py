@@ -1,0 +1,199 @@
+"""Policies: a tabular softmax policy and a tiny causal transformer.
+
+Both expose the two operations Algorithm 1 needs, batched over prompts:
+
+- ``sample(prompts, group_size, temperature=..., generator=...)`` draws
+  ``group_size`` outputs per prompt and returns ``(completions, mask)`` with
+  rows ordered prompt-major (row ``b * group_size + i`` is output ``i`` of
+  prompt ``b``);
+- ``token_logprobs(prompts, completions, group_size, temperature=...)`` returns
+  the per-token log-probabilities ``(rows, tokens)`` of those completions
+  under the temperature-scaled policy (TRL likewise divides the logits by the
+  sampling temperature before taking log-probabilities).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _check_temperature(temperature: float) -> None:
+    if not temperature > 0 or math.isinf(temperature):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+
+
+class TabularSoftmaxPolicy(nn.Module):
+    """pi(o|q) = softmax(logits[q])[o]: one free logit vector per prompt.
+
+    This is the "large enough hypothesis class" of Section 2.4: every policy
+    over the ``n_outputs`` outputs of every prompt is representable, so the
+    parametric iteration can reach the optimal policies of Theorems 1, 4, 8.
+    Outputs are single tokens: completions have one column.
+    """
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        if logits.ndim != 2:
+            raise ValueError(f"logits must have shape (n_prompts, n_outputs), got "
+                             f"{tuple(logits.shape)}")
+        self.logits = nn.Parameter(logits.detach().clone())
+
+    def log_probs(
+        self, prompts: torch.Tensor | None = None, *, temperature: float = 1.0
+    ) -> torch.Tensor:
+        """Log-probabilities ``(len(prompts), n_outputs)`` (all prompts if None)."""
+        logits = self.logits if prompts is None else self.logits[prompts]
+        return torch.log_softmax(logits / temperature, dim=-1)
+
+    def sample(
+        self,
+        prompts: torch.Tensor,
+        group_size: int,
+        *,
+        temperature: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draw ``group_size`` outputs per prompt; completions ``(rows, 1)``."""
+        _check_temperature(temperature)
+        with torch.no_grad():
+            probs = self.log_probs(prompts, temperature=temperature).exp()
+            draws = torch.multinomial(probs, group_size, replacement=True, generator=generator)
+        completions = draws.reshape(-1, 1)
+        return completions, torch.ones_like(completions, dtype=torch.bool)
+
+    def token_logprobs(
+        self,
+        prompts: torch.Tensor,
+        completions: torch.Tensor,
+        group_size: int,
+        *,
+        temperature: float = 1.0,
+    ) -> torch.Tensor:
+        """Log-probabilities ``(rows, 1)`` of sampled outputs."""
+        _check_temperature(temperature)
+        logp = self.log_probs(prompts, temperature=temperature)
+        picked = logp.gather(1, completions.reshape(len(prompts), group_size))
+        return picked.reshape(-1, 1)
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.norm1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(width, dim=-1)
+        shape = (batch, length, self.n_heads, width // self.n_heads)
+        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attn.transpose(1, 2).reshape(batch, length, width))
+        return x + self.mlp(self.norm2(x))
+
+
+class TinyCausalTransformer(nn.Module):
+    """A small decoder-only (GPT-style, pre-LayerNorm) language model.
+
+    Parameters
+    ----------
+    vocab_size, max_len
+        Vocabulary size and the longest sequence (prompt + completion).
+    d_model, n_layers, n_heads
+        Width, depth and number of attention heads (``d_model % n_heads == 0``).
+    eos_id, pad_id
+        End-of-sequence token (ends a completion) and the filler written after
+        it (masked out of every loss).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        *,
+        d_model: int = 64,
+        n_layers: int = 2,
+        n_heads: int = 4,
+        eos_id: int,
+        pad_id: int,
+    ) -> None:
+        super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("max_len", max_len),
+                            ("d_model", d_model), ("n_layers", n_layers),
+                            ("n_heads", n_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if d_model % n_heads:
+            raise ValueError(f"d_model must be divisible by n_heads={n_heads}, got {d_model}")
+        self.max_len, self.eos_id, self.pad_id = max_len, eos_id, pad_id
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.position = nn.Parameter(torch.zeros(max_len, d_model))
+        nn.init.normal_(self.position, std=0.02)
+        self.blocks = nn.ModuleList(_Block(d_model, n_heads) for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Next-token logits ``(batch, length, vocab)`` for ``tokens (batch, length)``."""
+        x = self.embed(tokens) + self.position[: tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+    def sample(
+        self,
+        prompts: torch.Tensor,
+        group_size: int,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample ``group_size`` completions per prompt (ancestral sampling).
+
+        Returns ``(completions, mask)`` of shape ``(rows, max_new_tokens)``;
+        ``mask`` is True up to and including the first EOS, and tokens after it
+        are ``pad_id``.
+        """
+        _check_temperature(temperature)
+        if prompts.shape[1] + max_new_tokens > self.max_len:
+            raise ValueError(f"max_new_tokens must be <= {self.max_len - prompts.shape[1]}, "
+                             f"got {max_new_tokens}")
+        sequence = prompts.repeat_interleave(group_size, dim=0)
+        done = torch.zeros(len(sequence), dtype=torch.bool, device=prompts.device)
+        tokens, masks = [], []
+        with torch.no_grad():
+            for _ in range(max_new_tokens):
+                logits = self(sequence)[:, -1] / temperature
+                drawn = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
+                drawn = torch.where(done, torch.full_like(drawn, self.pad_id), drawn)
+                masks.append(~done)
+                done = done | (drawn == self.eos_id)
+                tokens.append(drawn)
+                sequence = torch.cat([sequence, drawn.unsqueeze(1)], dim=1)
+        return torch.stack(tokens, dim=1), torch.stack(masks, dim=1)
+
+    def token_logprobs(
+        self,
+        prompts: torch.Tensor,
+        completions: torch.Tensor,
+        group_size: int,
+        *,
+        temperature: float = 1.0,
+    ) -> torch.Tensor:
+        """Per-token log-probabilities ``(rows, tokens)`` of the completions."""
+        _check_temperature(temperature)
+        sequence = torch.cat([prompts.repeat_interleave(group_size, dim=0), completions], dim=1)
+        start = prompts.shape[1] - 1
+        logits = self(sequence[:, :-1])[:, start:] / temperature
+        return torch.log_softmax(logits, dim=-1).gather(2, completions.unsqueeze(2)).squeeze(2)

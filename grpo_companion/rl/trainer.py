@@ -1,0 +1,733 @@
+"""The GRPO trainer: Algorithm 1 (sampled) and the exact tabular iteration.
+
+``train(config)`` runs outer iterations n = 1..M. In **sampled** mode each
+iteration follows Algorithm 1: freeze pi_old <- pi, sample G outputs per
+prompt, score them with the verifier, compute group advantages
+(:func:`~grpo_companion.rl.losses.group_advantages`) and take ``mu`` optimiser
+steps on :func:`~grpo_companion.rl.losses.grpo_loss`. In **exact** mode
+(tabular bandit only) every sample average is replaced by its expectation:
+the calibration weights come from the exact PoS (log-odds) of pi_{n-1} through
+:class:`grpo_companion.theory.Calibration`, the objective is
+:func:`~grpo_companion.rl.losses.exact_objective` (eq. (6), (9), (17)) and it
+is maximised to convergence (mirror ascent, float64), so the PoS sequence is the
+paper's recurrence (Theorems 2, 4, 9) up to optimisation error.
+
+Logged per iteration and prompt (``metrics.csv``; iteration 0 is pi_ref):
+
+- ``success_prob``: PoS; exact for the bandit, otherwise the fraction of
+  ``eval_samples`` verified samples (held-out prompts).
+- ``kl_ref``, ``kl_prev``: KL(pi_n||pi_ref) (the reference in force during
+  iteration n, before any reset) and KL(pi_n||pi_{n-1}); exact for the
+  bandit, otherwise the mean over the evaluation samples of the sequence
+  log-ratio (unbiased).
+- ``entropy``: exact for the bandit, otherwise the mean negative sequence
+  log-probability of the evaluation samples.
+- ``clip_fraction``: fraction of this prompt's sampled tokens whose clipped
+  branch was in force, averaged over the ``mu`` steps; ``nan`` if the prompt
+  was not trained on in that iteration (always the case for held-out
+  prompts, and in exact mode).
+
+``iterations.csv`` has one row per iteration: ``loss`` (mean over the mu
+steps), ``mean_reward`` of the sampled outputs and the batch ``clip_fraction``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from grpo_companion.rl import io, losses
+from grpo_companion.rl.policies import TabularSoftmaxPolicy, TinyCausalTransformer
+from grpo_companion.rl.tasks import (
+    EOS,
+    PAD,
+    VOCAB_SIZE,
+    ArithmeticTask,
+    BanditTask,
+    make_arithmetic_task,
+    make_bandit_task,
+    pretrain_reference,
+)
+
+TASKS = ("bandit", "sequence")
+KL_CHOICES = ("exact", *losses.KL_ESTIMATORS)
+OPTIMIZERS = ("adam", "sgd", "lbfgs")
+DTYPES = ("float32", "float64")
+METRICS = ("success_prob", "kl_ref", "kl_prev", "entropy", "clip_fraction")
+ITERATION_METRICS = ("loss", "mean_reward", "clip_fraction")
+CHECKPOINT = "checkpoint.pt"
+_LOG_TINY = math.log(1e-300)
+#: ``run.json`` fields that may differ between an interrupted run and its resumption.
+RUN_ONLY_FIELDS = ("progress", "device")
+
+
+def _is_int(value: object, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _is_real(value: object, low: float, high: float = math.inf, *, open_low: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return False
+    return (value > low if open_low else value >= low) and value <= high
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every knob of a toy GRPO run in one place (Algorithm 1, App. B).
+
+    Run: ``task`` ("bandit" | "sequence"), ``exact`` (bandit only: the exact
+    iteration; it ignores the sampling knobs ``group_size``, ``mu``,
+    ``clip_eps_*``, ``kl``, ``loss_type``, ``optimizer``, ``lr``,
+    ``temperature``, ``prompts_per_iteration`` and always uses float64),
+    ``iterations`` (M), ``seed``, ``device`` ("auto" picks CUDA when present),
+    ``dtype`` (sampled mode; the transformer always trains in float32),
+    ``progress`` (tqdm bar), ``checkpoint_every``.
+
+    Objective: ``beta`` (KL weight), ``alpha`` (reference share of the KL
+    anchor: 1 = GRPO eq. (6), 0 = Mirror GRPO eq. (9), in between = two-KL
+    eq. (17)), ``ref_reset_every`` (DeepSeekMath's iterative GRPO: every that
+    many iterations set pi_ref <- pi), the calibration ``normalization``,
+    ``eps``, ``eps_placement``, ``ddof`` (see
+    :func:`~grpo_companion.rl.losses.group_advantages`; the defaults are the
+    paper's eq. (4); TRL is ``eps=1e-4, eps_placement="std", ddof=1``),
+    ``exact_group_size`` (exact mode: None = the paper's population weights,
+    G = the exact expected weights of a group of G samples).
+
+    Sampled updates: ``group_size`` (G), ``mu``, ``clip_eps_low`` /
+    ``clip_eps_high`` (None = no clipping / same as low), ``kl`` ("exact"
+    for the bandit's exact KL, or the per-token estimators "k1", "k2", "k3",
+    "k3_ratio"), ``loss_type`` (TRL's "grpo", "bnpo", "dr_grpo", "dapo"),
+    ``optimizer`` ("adam", "sgd", or "lbfgs": each of the mu steps is a full
+    L-BFGS solve of the sampled objective, fresh every iteration), ``lr``
+    (None = 0.1 for the bandit, 1e-3 for the sequence task), ``temperature``,
+    ``prompts_per_iteration`` (None = every bandit prompt, 64 sequence
+    prompts).
+
+    Bandit: ``n_prompts``, ``n_outputs`` (K), ``n_success``, ``p_ref``
+    (explicit values, cycled), ``p_ref_beta``, ``p_ref_zero_fraction``,
+    ``logit_scale`` (see :func:`~grpo_companion.rl.tasks.make_bandit_task`).
+
+    Sequence: ``max_operand``, ``n_eval_prompts``, ``eval_samples``,
+    ``carry_error_span``, ``sft_steps``, ``sft_batch_size``, ``sft_lr``,
+    ``d_model``, ``n_layers``, ``n_heads``.
+
+    Solvers: ``exact_step`` (mirror-ascent step times beta, in (0, 1]),
+    ``exact_tol`` (stationarity gap at which the exact solve stops, and the
+    gradient tolerance of sampled-mode L-BFGS), ``exact_max_iter`` (iteration
+    cap of both).
+
+    Every field is validated on construction; a bad value raises
+    ``ValueError`` naming the field, its value and the valid range.
+    """
+
+    task: str = "bandit"
+    exact: bool = False
+    iterations: int = 20
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "float32"
+    progress: bool = True
+    checkpoint_every: int = 1
+    beta: float = 0.1
+    alpha: float = 1.0
+    ref_reset_every: int | None = None
+    normalization: str = "mean_std"
+    eps: float = 1e-5
+    eps_placement: str = "sqrt"
+    ddof: int = 0
+    exact_group_size: int | None = None
+    group_size: int = 16
+    mu: int = 1
+    clip_eps_low: float | None = 0.2
+    clip_eps_high: float | None = None
+    kl: str = "k3"
+    loss_type: str = "grpo"
+    optimizer: str = "adam"
+    lr: float | None = None
+    temperature: float = 1.0
+    prompts_per_iteration: int | None = None
+    n_prompts: int = 256
+    n_outputs: int = 16
+    n_success: int | None = None
+    p_ref: tuple[float, ...] | None = None
+    p_ref_beta: tuple[float, float] = (0.5, 2.0)
+    p_ref_zero_fraction: float = 0.1
+    logit_scale: float = 1.0
+    max_operand: int = 49
+    n_eval_prompts: int = 256
+    eval_samples: int = 50
+    carry_error_span: float = 6.0
+    sft_steps: int = 600
+    sft_batch_size: int = 256
+    sft_lr: float = 3e-3
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    exact_tol: float = 1e-12
+    exact_step: float = 0.5
+    exact_max_iter: int = 500
+
+    def __post_init__(self) -> None:
+        if self.p_ref is not None:
+            object.__setattr__(self, "p_ref", tuple(float(v) for v in self.p_ref))
+        object.__setattr__(self, "p_ref_beta", tuple(self.p_ref_beta))
+        self._validate()
+
+    def _validate(self) -> None:
+        def bad(name: str, valid: str) -> ValueError:
+            return ValueError(f"{name} must be {valid}, got {getattr(self, name)!r}")
+
+        choices = {"task": TASKS, "dtype": DTYPES, "kl": KL_CHOICES, "optimizer": OPTIMIZERS,
+                   "normalization": losses.NORMALIZATIONS, "loss_type": losses.LOSS_TYPES,
+                   "eps_placement": losses.EPS_PLACEMENTS}
+        for name, valid in choices.items():
+            if getattr(self, name) not in valid:
+                raise bad(name, f"one of {valid}")
+        for name in ("exact", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, "True or False")
+        positive = ("iterations", "checkpoint_every", "group_size", "mu", "n_prompts",
+                    "eval_samples", "sft_batch_size", "d_model", "n_layers", "n_heads",
+                    "exact_max_iter")
+        for name in positive:
+            if not _is_int(getattr(self, name), 1):
+                raise bad(name, "an int >= 1")
+        for name in ("seed", "sft_steps"):
+            if not _is_int(getattr(self, name), 0):
+                raise bad(name, "an int >= 0")
+        for name in ("ref_reset_every", "prompts_per_iteration", "n_success"):
+            if getattr(self, name) is not None and not _is_int(getattr(self, name), 1):
+                raise bad(name, "None or an int >= 1")
+        if self.exact_group_size is not None and not _is_int(self.exact_group_size, 2):
+            raise bad("exact_group_size", "None or an int >= 2")
+        if self.ddof not in (0, 1) or isinstance(self.ddof, bool):
+            raise bad("ddof", "0 or 1")
+        if self.group_size < 1 + self.ddof:
+            raise bad("group_size", f"an int >= {1 + self.ddof} when ddof={self.ddof}")
+        if not _is_int(self.n_outputs, 2):
+            raise bad("n_outputs", "an int >= 2")
+        if not _is_real(self.beta, 0.0, open_low=True) or math.isinf(self.beta):
+            raise bad("beta", "a finite number > 0")
+        for name in ("alpha", "p_ref_zero_fraction"):
+            if not _is_real(getattr(self, name), 0.0, 1.0):
+                raise bad(name, "a number in [0, 1]")
+        if not _is_real(self.eps, 0.0) or math.isinf(self.eps):
+            raise bad("eps", "a finite number >= 0")
+        for name in ("temperature", "exact_tol", "sft_lr", "carry_error_span"):
+            if not _is_real(getattr(self, name), 0.0, open_low=True) or math.isinf(
+                getattr(self, name)
+            ):
+                raise bad(name, "a finite number > 0")
+        if not _is_real(self.exact_step, 0.0, 1.0, open_low=True):
+            raise bad("exact_step", "a number in (0, 1]")
+        if self.lr is not None and (not _is_real(self.lr, 0.0, open_low=True)
+                                    or math.isinf(self.lr)):
+            raise bad("lr", "None or a finite number > 0")
+        if not _is_real(self.logit_scale, 0.0) or math.isinf(self.logit_scale):
+            raise bad("logit_scale", "a finite number >= 0")
+        losses._clip_bounds(self.clip_eps_low, self.clip_eps_high)
+        if self.p_ref is not None and (
+            not self.p_ref or not all(_is_real(v, 0.0, 1.0) for v in self.p_ref)
+        ):
+            raise bad("p_ref", "None or a non-empty sequence of numbers in [0, 1]")
+        if len(self.p_ref_beta) != 2 or not all(
+            _is_real(v, 0.0, open_low=True) and math.isfinite(v) for v in self.p_ref_beta
+        ):
+            raise bad("p_ref_beta", "two finite numbers > 0")
+        if self.n_success is not None and self.n_success >= self.n_outputs:
+            raise bad("n_success", f"None or an int in [1, {self.n_outputs - 1}]")
+        if not _is_int(self.max_operand, 1) or self.max_operand > 99:
+            raise bad("max_operand", "an int in [1, 99]")
+        n_pairs = (self.max_operand + 1) ** 2
+        if not _is_int(self.n_eval_prompts, 1) or self.n_eval_prompts >= n_pairs:
+            raise bad("n_eval_prompts", f"an int in [1, {n_pairs - 1}] (max_operand="
+                                        f"{self.max_operand})")
+        if self.d_model % self.n_heads:
+            raise bad("d_model", f"a multiple of n_heads={self.n_heads}")
+        if self.exact and self.task != "bandit":
+            raise bad("exact", "False for task='sequence' (exact mode needs a tabular policy)")
+        if self.kl == "exact" and self.task != "bandit":
+            raise bad("kl", f"one of {losses.KL_ESTIMATORS} for task='sequence' "
+                            "(the exact KL needs a tabular policy)")
+        if self.prompts_per_iteration is not None:
+            limit = self.n_prompts if self.task == "bandit" else n_pairs - self.n_eval_prompts
+            if self.prompts_per_iteration > limit:
+                raise bad("prompts_per_iteration", f"None or an int in [1, {limit}]")
+        resolve_device(self.device)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dictionary of every field."""
+        return {k: list(v) if isinstance(v, tuple) else v
+                for k, v in dataclasses.asdict(self).items()}
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` -> CUDA if available, else CPU; otherwise check the request."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}") from err
+    if resolved.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}")
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device must be 'auto' or 'cpu' on this machine (no CUDA), "
+                         f"got {device!r}")
+    return resolved
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns (notebook-friendly, no pandas).
+
+    ``metrics[name]`` is a float64 array ``(iterations + 1, n_prompts)`` for
+    each name in :data:`METRICS` (row 0: the reference policy); ``p_ref``
+    is the reference PoS per tracked prompt (exact for the bandit, estimated
+    like ``success_prob`` for the sequence task); ``prompt_ids`` are the task's
+    indices of the tracked prompts; ``iteration_rows`` are the rows of
+    ``iterations.csv``.
+    """
+
+    config: TrainConfig
+    metrics: dict[str, np.ndarray]
+    p_ref: np.ndarray
+    prompt_ids: np.ndarray
+    iteration_rows: list[dict[str, float]]
+    out_dir: Path | None = None
+    device: str = "cpu"
+    sft_losses: list[float] = field(default_factory=list)
+
+    @property
+    def success_prob(self) -> np.ndarray:
+        return self.metrics["success_prob"]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Tidy rows, one per (iteration, prompt), as written to ``metrics.csv``."""
+        out = []
+        for it in range(self.metrics["success_prob"].shape[0]):
+            for j, prompt in enumerate(self.prompt_ids):
+                row: dict[str, Any] = {"iteration": it, "prompt": int(prompt),
+                                       "p_ref": float(self.p_ref[j])}
+                row.update({m: float(self.metrics[m][it, j]) for m in METRICS})
+                out.append(row)
+        return out
+
+
+class _Run:
+    """State of one run: task, policies, optimiser, RNG, metrics so far."""
+
+    def __init__(self, config: TrainConfig, device: torch.device) -> None:
+        self.config, self.device = config, device
+        self.dtype = torch.float64 if config.exact or config.dtype == "float64" else torch.float32
+        self.generator = torch.Generator(device=device).manual_seed(config.seed)
+        self.sft_losses: list[float] = []
+        if config.task == "bandit":
+            self.task: BanditTask | ArithmeticTask = make_bandit_task(
+                config.n_prompts, config.n_outputs, n_success=config.n_success,
+                p_ref=config.p_ref, p_ref_beta=config.p_ref_beta,
+                p_ref_zero_fraction=config.p_ref_zero_fraction,
+                logit_scale=config.logit_scale, seed=config.seed)
+            self.policy: torch.nn.Module = TabularSoftmaxPolicy(
+                self.task.ref_logits.to(device=device, dtype=self.dtype))
+            self.tracked = np.arange(config.n_prompts)
+        else:
+            self.task = make_arithmetic_task(
+                max_operand=config.max_operand, n_eval_prompts=config.n_eval_prompts,
+                carry_error_span=config.carry_error_span, seed=config.seed)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(config.seed)
+                model = TinyCausalTransformer(
+                    VOCAB_SIZE, self.task.max_len, d_model=config.d_model,
+                    n_layers=config.n_layers, n_heads=config.n_heads, eos_id=EOS, pad_id=PAD)
+            self.policy = model.to(device)
+            self.tracked = self.task.eval_idx
+        self.ref_policy = _frozen_copy(self.policy)
+        default_lr = 0.1 if config.task == "bandit" else 1e-3
+        self.lr = config.lr if config.lr is not None else default_lr
+        self.optimizer = self._make_optimizer()
+        self.iteration = 0
+        self.metrics: dict[str, list[np.ndarray]] = {m: [] for m in METRICS}
+        self.iteration_rows: list[dict[str, float]] = []
+
+    def _make_optimizer(self) -> torch.optim.Optimizer | None:
+        params = self.policy.parameters()
+        if self.config.exact or self.config.optimizer == "lbfgs":
+            return None
+        if self.config.optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.lr)
+        return torch.optim.SGD(params, lr=self.lr)
+
+    def pretrain(self) -> None:
+        """Supervised pre-training of the sequence task's reference policy."""
+        if self.config.task == "sequence" and self.config.sft_steps > 0:
+            sft_generator = torch.Generator(device=self.device).manual_seed(self.config.seed + 1)
+            self.sft_losses = pretrain_reference(
+                self.task, self.policy, steps=self.config.sft_steps,
+                batch_size=self.config.sft_batch_size, lr=self.config.sft_lr,
+                generator=sft_generator)
+            self.ref_policy = _frozen_copy(self.policy)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration,
+            "config": self.config.to_dict(),
+            "policy": self.policy.state_dict(),
+            "ref_policy": self.ref_policy.state_dict(),
+            "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "metrics": {m: torch.as_tensor(np.stack(v)) for m, v in self.metrics.items()},
+            "iteration_rows": self.iteration_rows,
+            "sft_losses": self.sft_losses,
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.iteration = state["iteration"]
+        self.policy.load_state_dict(state["policy"])
+        self.ref_policy.load_state_dict(state["ref_policy"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.metrics = {m: list(state["metrics"][m].numpy()) for m in METRICS}
+        self.iteration_rows = list(state["iteration_rows"])
+        self.sft_losses = list(state["sft_losses"])
+
+
+def _frozen_copy(module: torch.nn.Module) -> torch.nn.Module:
+    clone = copy.deepcopy(module)
+    clone.requires_grad_(False)
+    return clone.eval()
+
+
+def _calibration(config: TrainConfig) -> Any:
+    from grpo_companion import theory
+
+    return theory.Calibration(normalization=config.normalization, eps=config.eps,
+                              eps_placement=config.eps_placement,
+                              group_size=config.exact_group_size, ddof=config.ddof)
+
+
+def _exact_step(run: _Run, old: TabularSoftmaxPolicy) -> dict[str, float]:
+    """One exact GRPO iteration: maximise eq. (6)/(9)/(17) to convergence.
+
+    The objective :func:`~grpo_companion.rl.losses.exact_objective` is concave
+    in the policy pi but not in its logits (it flattens out where the softmax
+    saturates, which derails generic quasi-Newton solvers). It is maximised by
+    mirror ascent on the simplex, ``pi <- pi * exp(step * dJ/dpi) / Z``, with
+    ``dJ/dpi`` from autograd and ``step = exact_step / beta``: the objective is
+    beta-strongly concave and beta-smooth relative to the negative entropy, so
+    this converges linearly at rate ``1 - exact_step``. Iterations stop when
+    the largest spread of ``dJ/dpi`` over each support (the stationarity gap,
+    in logit units after dividing by beta) is below ``exact_tol``; a run that
+    fails to get there raises ``RuntimeError``. float64 throughout.
+    """
+    config, task = run.config, run.task
+    with torch.no_grad():
+        prev_logp = old.log_probs()
+        ref_logp = run.ref_policy.log_probs()
+        logit_prev = task.success_logit(prev_logp).cpu().numpy()
+    w_plus, w_minus = (torch.as_tensor(np.asarray(w, dtype=np.float64), device=run.device)
+                       for w in _calibration(config).weights_of_logit(logit_prev))
+    success = task.success.to(run.device)
+    step = config.exact_step / config.beta
+    logits = run.policy.logits
+    for _ in range(config.exact_max_iter):
+        logp = torch.log_softmax(logits.detach(), dim=-1).requires_grad_(True)
+        objective = losses.exact_objective(
+            logp, success, w_plus, w_minus, beta=config.beta, ref_logp=ref_logp,
+            prev_logp=prev_logp, alpha=config.alpha)
+        (grad_logp,) = torch.autograd.grad(objective.sum(), logp)
+        with torch.no_grad():
+            probs = logp.exp()
+            # dJ/dlogp = pi * dJ/dpi, so dJ/dpi is recovered where pi is a normal
+            # float64 (outputs below 1e-300 carry no mass that could show in a PoS).
+            support = logp > _LOG_TINY
+            grad_pi = torch.where(support, grad_logp / torch.where(support, probs, 1.0), 0.0)
+            high = grad_pi.masked_fill(~support, -math.inf).amax(dim=-1)
+            low = grad_pi.masked_fill(~support, math.inf).amin(dim=-1)
+            gap = float((high - low).max()) / config.beta
+            if gap <= config.exact_tol:
+                break
+            logits.copy_(torch.log_softmax(logp + step * grad_pi, dim=-1))
+    else:
+        raise RuntimeError(f"exact inner solve did not converge in exact_max_iter="
+                           f"{config.exact_max_iter} steps (stationarity gap {gap:.3g} > "
+                           f"exact_tol={config.exact_tol})")
+    return {"loss": -float(objective.detach().mean()), "mean_reward": math.nan,
+            "clip_fraction": math.nan}
+
+
+def _sampled_step(run: _Run, old: torch.nn.Module) -> tuple[dict[str, float], np.ndarray]:
+    """One outer iteration of Algorithm 1 (lines 4-11)."""
+    config, task, device = run.config, run.task, run.device
+    is_bandit = config.task == "bandit"
+    pool = np.arange(config.n_prompts) if is_bandit else task.train_idx
+    default_batch = config.n_prompts if is_bandit else min(64, len(pool))
+    batch = config.prompts_per_iteration or default_batch
+    if batch == len(pool) and is_bandit:
+        chosen = torch.arange(len(pool), device=device)
+    else:
+        pick = torch.randperm(len(pool), generator=run.generator, device=device)[:batch]
+        chosen = torch.as_tensor(pool, device=device)[pick]
+    prompts = chosen if is_bandit else task.prompts(chosen)
+    group, temp = config.group_size, config.temperature
+    sample_kwargs = {} if is_bandit else {"max_new_tokens": task.max_new_tokens}
+    with torch.no_grad():
+        completions, mask = old.sample(prompts, group, temperature=temp,
+                                       generator=run.generator, **sample_kwargs)
+        rewards = (task.reward(chosen, completions, group) if is_bandit
+                   else task.reward(chosen, completions, mask, group)).to(run.dtype)
+        advantages = losses.group_advantages(
+            rewards.view(batch, group), normalization=config.normalization, eps=config.eps,
+            eps_placement=config.eps_placement, ddof=config.ddof).view(-1)
+        old_logp = old.token_logprobs(prompts, completions, group, temperature=temp)
+        needs_ref = config.kl != "exact" and config.alpha > 0
+        ref_logp = (run.ref_policy.token_logprobs(prompts, completions, group, temperature=temp)
+                    if needs_ref else None)
+        if config.kl == "exact":
+            exact_ref = run.ref_policy.log_probs(chosen, temperature=temp)
+            exact_prev = old.log_probs(chosen, temperature=temp)
+    token_beta = 0.0 if config.kl == "exact" else config.beta
+    token_kl = "k3" if config.kl == "exact" else config.kl
+    mask_f = mask.to(old_logp.dtype)
+    clipped_tokens = torch.zeros_like(mask_f)
+    step_losses: list[float] = []
+
+    def objective() -> tuple[torch.Tensor, torch.Tensor]:
+        logp = run.policy.token_logprobs(prompts, completions, group, temperature=temp)
+        per_token, clipped = losses.per_token_loss(
+            logp, old_logp, ref_logp, advantages, clip_eps_low=config.clip_eps_low,
+            clip_eps_high=config.clip_eps_high, beta=token_beta, kl=token_kl,
+            alpha=config.alpha)
+        loss = losses.aggregate(per_token, mask_f, loss_type=config.loss_type,
+                                max_completion_length=mask.shape[1])
+        if config.kl == "exact":
+            current = run.policy.log_probs(chosen, temperature=temp)
+            penalty = torch.zeros((), dtype=loss.dtype, device=device)
+            if config.alpha > 0:
+                penalty = penalty + config.alpha * losses.tabular_kl(current, exact_ref).mean()
+            if config.alpha < 1:
+                penalty = penalty + (1 - config.alpha) * losses.tabular_kl(
+                    current, exact_prev).mean()
+            loss = loss + config.beta * penalty
+        return loss, clipped
+
+    for _ in range(config.mu):
+        if run.optimizer is None:
+            lbfgs = torch.optim.LBFGS(run.policy.parameters(), lr=1.0,
+                                      max_iter=config.exact_max_iter,
+                                      tolerance_grad=config.exact_tol / batch,
+                                      tolerance_change=0.0, history_size=50,
+                                      line_search_fn="strong_wolfe")
+            first: list[torch.Tensor] = []
+
+            def closure(opt: torch.optim.Optimizer = lbfgs,
+                        first: list[torch.Tensor] = first) -> torch.Tensor:
+                opt.zero_grad()
+                loss, clipped = objective()
+                loss.backward()
+                if not first:
+                    first.extend([loss.detach(), clipped])
+                return loss
+
+            lbfgs.step(closure)
+            loss_value, clipped = first
+        else:
+            loss_value, clipped = objective()
+            run.optimizer.zero_grad()
+            loss_value.backward()
+            run.optimizer.step()
+        step_losses.append(float(loss_value.detach()))
+        clipped_tokens += clipped.to(mask_f.dtype) * mask_f
+    per_prompt_clipped = clipped_tokens.view(batch, -1).sum(1)
+    per_prompt_tokens = mask_f.view(batch, -1).sum(1) * config.mu
+    clip_fraction = np.full(len(run.tracked), math.nan)
+    if is_bandit:
+        clip_fraction[chosen.cpu().numpy()] = (per_prompt_clipped / per_prompt_tokens).cpu().numpy()
+    stats = {"loss": float(np.mean(step_losses)), "mean_reward": float(rewards.mean()),
+             "clip_fraction": float(clipped_tokens.sum() / (mask_f.sum() * config.mu))}
+    return stats, clip_fraction
+
+
+def _evaluate(run: _Run, old: torch.nn.Module, clip_fraction: np.ndarray) -> None:
+    """Append this iteration's per-prompt metrics (see the module docstring)."""
+    config, task = run.config, run.task
+    with torch.no_grad():
+        if config.task == "bandit":
+            logp = run.policy.log_probs()
+            values = {
+                "success_prob": task.success_prob(logp),
+                "kl_ref": losses.tabular_kl(logp, run.ref_policy.log_probs()),
+                "kl_prev": losses.tabular_kl(logp, old.log_probs()),
+                "entropy": -(logp.exp() * logp).sum(-1),
+            }
+        else:
+            n = config.eval_samples
+            generator = torch.Generator(device=run.device).manual_seed(
+                config.seed * 1_000_003 + run.iteration)
+            idx = torch.as_tensor(task.eval_idx, device=run.device)
+            prompts = task.prompts(idx)
+            completions, mask = run.policy.sample(
+                prompts, n, max_new_tokens=task.max_new_tokens, temperature=config.temperature,
+                generator=generator)
+
+            def seq_logp(policy: torch.nn.Module) -> torch.Tensor:
+                tokens = policy.token_logprobs(prompts, completions, n,
+                                               temperature=config.temperature)
+                return (tokens * mask).sum(1).view(-1, n)
+
+            logp = seq_logp(run.policy)
+            values = {
+                "success_prob": task.reward(idx, completions, mask, n).view(-1, n).mean(1),
+                "kl_ref": (logp - seq_logp(run.ref_policy)).mean(1),
+                "kl_prev": (logp - seq_logp(old)).mean(1),
+                "entropy": -logp.mean(1),
+            }
+    for name, value in values.items():
+        run.metrics[name].append(value.double().cpu().numpy())
+    run.metrics["clip_fraction"].append(clip_fraction)
+
+
+def _versions(device: torch.device) -> dict[str, str]:
+    import grpo_companion
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    return {"python": sys.version.split()[0], "torch": torch.__version__,
+            "numpy": np.__version__, "grpo_companion": grpo_companion.__version__,
+            "platform": platform.platform(), "device": str(device),
+            "device_name": name or platform.machine()}
+
+
+def _write_outputs(run: _Run, result: TrainResult, out: Path) -> None:
+    io.atomic_write_csv(out / "metrics.csv", result.rows(),
+                        ["iteration", "prompt", "p_ref", *METRICS])
+    io.atomic_write_csv(out / "iterations.csv", run.iteration_rows,
+                        ["iteration", *ITERATION_METRICS])
+
+
+def _result(run: _Run, out: Path | None) -> TrainResult:
+    metrics = {m: np.stack(v) for m, v in run.metrics.items()}
+    if run.config.task == "bandit":
+        p_ref = np.asarray(run.task.p_ref, dtype=np.float64)
+    else:
+        p_ref = metrics["success_prob"][0]
+    return TrainResult(config=run.config, metrics=metrics, p_ref=p_ref,
+                       prompt_ids=np.asarray(run.tracked), iteration_rows=run.iteration_rows,
+                       out_dir=out, device=str(run.device), sft_losses=run.sft_losses)
+
+
+def check_out_dir(out_dir: str | Path, *, resume: bool) -> Path:
+    """Validate the output folder before anything is written.
+
+    A fresh run needs an absent or empty folder; ``resume=True`` needs a
+    folder holding a checkpoint.
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir must be a directory, got the file {str(out)!r}")
+    if resume:
+        if not (out / CHECKPOINT).is_file():
+            raise ValueError(f"resume needs {str(out / CHECKPOINT)!r}, which does not exist")
+    elif out.exists() and any(out.iterdir()):
+        raise ValueError(f"out_dir {str(out)!r} is not empty; choose a new folder or resume")
+    return out
+
+
+def train(
+    config: TrainConfig,
+    *,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    callback: Callable[[int], None] | None = None,
+) -> TrainResult:
+    """Run GRPO on a toy task (Algorithm 1, or its exact iteration).
+
+    Parameters
+    ----------
+    config
+        Every knob of the run, see :class:`TrainConfig`.
+    out_dir
+        Where to write ``run.json`` (configuration, seed, versions, device),
+        ``metrics.csv``, ``iterations.csv`` and ``checkpoint.pt`` (the
+        checkpoint after every ``checkpoint_every`` iterations and at the end).
+        All writes are atomic. None keeps everything in memory.
+    resume
+        Continue the run checkpointed in ``out_dir``; its configuration must
+        equal ``config`` (``progress`` and ``device`` may differ). The resumed
+        run ends with the same results as an uninterrupted one.
+    callback
+        Called with the iteration number after each iteration (and its
+        checkpoint); an exception raised there stops the run, as an
+        interruption would.
+
+    Returns
+    -------
+    TrainResult
+        Metrics per iteration and prompt as numpy arrays.
+    """
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+    out = None if out_dir is None else check_out_dir(out_dir, resume=resume)
+    if resume and out is None:
+        raise ValueError("resume=True needs out_dir, got None")
+    device = resolve_device(config.device)
+    started = time.time()
+    run = _Run(config, device)
+    if resume:
+        state = torch.load(out / CHECKPOINT, map_location=device, weights_only=True)
+        saved = {k: v for k, v in state["config"].items() if k not in RUN_ONLY_FIELDS}
+        wanted = {k: v for k, v in config.to_dict().items() if k not in RUN_ONLY_FIELDS}
+        if saved != wanted:
+            diff = sorted(k for k in wanted if saved.get(k) != wanted[k])
+            raise ValueError(f"config differs from the checkpointed run in {diff}")
+        run.load(state)
+    else:
+        run.pretrain()
+        _evaluate(run, run.policy, np.full(len(run.tracked), math.nan))
+    record = {"config": config.to_dict(), "seed": config.seed, "versions": _versions(device),
+              "status": "running"}
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        io.atomic_write_json(out / "run.json", record)
+    bar = tqdm(range(run.iteration + 1, config.iterations + 1), disable=not config.progress,
+               desc="GRPO", initial=run.iteration, total=config.iterations)
+    for n in bar:
+        old = _frozen_copy(run.policy)
+        run.iteration = n
+        if config.exact:
+            stats, clip_fraction = _exact_step(run, old), np.full(len(run.tracked), math.nan)
+        else:
+            stats, clip_fraction = _sampled_step(run, old)
+        _evaluate(run, old, clip_fraction)
+        run.iteration_rows.append({"iteration": n, **stats})
+        if config.ref_reset_every and n % config.ref_reset_every == 0:
+            run.ref_policy = _frozen_copy(run.policy)
+        if out is not None and (n % config.checkpoint_every == 0 or n == config.iterations):
+            io.atomic_torch_save(out / CHECKPOINT, run.state())
+        bar.set_postfix(pos=f"{float(np.mean(run.metrics['success_prob'][-1])):.3f}")
+        if callback is not None:
+            callback(n)
+    result = _result(run, out)
+    if out is not None:
+        _write_outputs(run, result, out)
+        record.update(status="complete", elapsed_s=time.time() - started)
+        io.atomic_write_json(out / "run.json", record)
+    return result
+
+
+def load_run_record(out_dir: str | Path) -> dict[str, Any]:
+    """The ``run.json`` record of a run folder."""
+    return json.loads((Path(out_dir) / "run.json").read_text())
