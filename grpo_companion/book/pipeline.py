@@ -310,8 +310,12 @@ def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
     toc = yaml.safe_load((root / "_toc.yml").read_text())
     if opts.select:
         def keep(doc: str) -> bool:
-            plain = not is_notebook_source(source_path(root, doc))
-            return plain or any(s in doc for s in opts.select)
+            if any(s in doc for s in opts.select):
+                return True
+            try:
+                return not is_notebook_source(source_path(root, doc))
+            except BookBuildError:  # not written yet: a partial book can do without it
+                return False
 
         toc = select_toc(toc, keep)
         write_if_changed(stage / "_toc.yml", yaml.safe_dump(toc, sort_keys=False).encode())
@@ -324,18 +328,27 @@ def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
     library = library_digest()
     parameters = opts.notebook_parameters()
     results: list[ChapterResult] = []
+    earlier = hashlib.sha256()  # executed notebooks so far, for pages that summarise them
     for doc in documents_of(toc):
         src = source_path(root, doc)
         if not is_notebook_source(src):
             copy_if_changed(src, stage / src.relative_to(root))
             continue
         nb = read_notebook(src)
-        key = cache_key(src.read_text(), parameters, library)
+        text = src.read_text()
+        deps = nb.metadata.get("grpo_companion", {})
+        if deps.get("depends_on_previous"):
+            text += earlier.hexdigest()  # e.g. the claims ledger reads earlier chapters
+        for name in deps.get("depends_on_files", []):  # data files a page renders
+            dep = root / name
+            text += hashlib.sha256(dep.read_bytes() if dep.exists() else b"").hexdigest()
+        key = cache_key(text, parameters, library)
         cached = opts.cache / f"{Path(doc).name}-{key}.ipynb"
         target = stage / f"{doc}.ipynb"
         t0 = time.perf_counter()
         if cached.exists():
             copy_if_changed(cached, target)
+            earlier.update(cached.read_bytes())
             results.append(ChapterResult(doc, True, 0.0))
             log(f"  {doc}: cached")
             continue
@@ -345,6 +358,7 @@ def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
         executed = execute_notebook(nb, work, parameters,
                                     cwd=target.parent, cell_timeout=opts.cell_timeout)
         data = nbformat.writes(executed).encode()
+        earlier.update(data)
         for old in opts.cache.glob(f"{Path(doc).name}-*.ipynb"):
             old.unlink()
         write_if_changed(cached, data)

@@ -1,0 +1,234 @@
+"""Monte Carlo simulation of GRPO groups with binary rewards (beyond the paper).
+
+The paper whitens rewards with the population mean ``p`` and variance
+``p (1 - p)``. An actual GRPO step samples a group of ``G`` outputs per prompt
+and standardises the ``G`` rewards with their own mean and standard deviation.
+This module does exactly that, the way training code does it, so that the exact
+expectations of :mod:`grpo_companion.theory.finite_group` can be checked against
+simulated groups:
+
+- :func:`group_advantages` turns reward groups into advantages,
+  ``(r - mean) / (std + eps)`` as in TRL's ``GRPOTrainer`` (``ddof = 1``,
+  ``eps = 1e-4``, ``eps_placement="std"``) or ``(r - mean) / sqrt(var + eps)``
+  as in the paper's eq. (4) (``eps_placement="sqrt"``); a group whose rewards
+  are all equal gets advantage 0 (also when ``eps = 0``);
+- :func:`sample_groups` draws groups of i.i.d. Bernoulli(``p``) rewards;
+- :func:`estimate_group_weights` estimates ``w+_G(p) = E[A | r = 1]`` and
+  ``w-_G(p) = -E[A | r = 0]`` with standard errors.
+
+Estimator. Groups are i.i.d.; samples inside a group are not independent (they
+share the group's mean and standard deviation). With ``X_g = sum_i A_gi r_gi``
+and ``Y_g = sum_i r_gi`` summed over group ``g``, exchangeability of the samples
+gives ``E[A | r = 1] = E[X] / E[Y]``, so ``w+`` is estimated by the ratio of the
+group means and its standard error by the delta method over groups (likewise
+for failures and for ``Omega = w+ + w-``). This uses every sample and gets the
+within-group correlation right.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ._scales import EPS_PLACEMENTS, SCALES
+from ._validate import as_float_array, check_probability
+from .calibration import Calibration, resolve_calibration
+
+__all__ = ["GroupWeightEstimate", "estimate_group_weights", "group_advantages", "sample_groups"]
+
+
+def group_advantages(
+    rewards: ArrayLike,
+    *,
+    normalization: str = "mean_std",
+    eps: float = 1e-5,
+    eps_placement: str = "sqrt",
+    ddof: int = 0,
+) -> np.ndarray:
+    """Group-standardised advantages, one group per row of the last axis.
+
+    Parameters
+    ----------
+    rewards : array_like, shape (..., G)
+        Rewards of each group along the last axis (``G >= 2``).
+    normalization : {"mean_std", "mean_only"}
+        Whiten (GRPO) or only centre (Dr. GRPO) the rewards.
+    eps : float
+        Smoothing, ``>= 0``.
+    eps_placement : {"sqrt", "std"}
+        ``"sqrt"``: ``(r - mean) / sqrt(var + eps)`` (paper, eq. 4);
+        ``"std"``: ``(r - mean) / (std + eps)`` (DeepSeekMath, TRL, verl).
+    ddof : {0, 1}
+        ``var = sum (r - mean)^2 / (G - ddof)``; TRL uses ``torch.std``, i.e. 1.
+
+    Returns
+    -------
+    ndarray
+        Same shape as ``rewards``. Groups whose rewards are all equal get 0.
+    """
+    r = as_float_array("rewards", rewards)
+    if r.ndim == 0 or r.shape[-1] < 2:
+        raise ValueError(f"rewards must have a last axis of length >= 2, got shape {r.shape}")
+    if normalization not in SCALES:
+        raise ValueError(f"normalization must be one of {sorted(SCALES)}, got {normalization!r}")
+    if eps_placement not in EPS_PLACEMENTS:
+        raise ValueError(
+            f"eps_placement must be one of {list(EPS_PLACEMENTS)}, got {eps_placement!r}"
+        )
+    if not (np.isfinite(eps) and eps >= 0):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+    if ddof not in (0, 1) or isinstance(ddof, bool):
+        raise ValueError(f"ddof must be 0 or 1, got {ddof!r}")
+    centred = r - r.mean(axis=-1, keepdims=True)
+    constant = np.ptp(r, axis=-1, keepdims=True) == 0
+    if normalization == "mean_only":
+        return np.where(constant, 0.0, centred)
+    var = np.sum(centred * centred, axis=-1, keepdims=True) / (r.shape[-1] - ddof)
+    scale = np.sqrt(var + eps) if eps_placement == "sqrt" else np.sqrt(var) + eps
+    with np.errstate(invalid="ignore", divide="ignore"):
+        adv = centred / scale
+    return np.where(constant, 0.0, adv)
+
+
+def sample_groups(
+    p: ArrayLike, group_size: int, n_groups: int, *, seed: int | np.random.Generator = 0
+) -> np.ndarray:
+    """Draw ``n_groups`` groups of ``group_size`` i.i.d. Bernoulli(``p``) rewards.
+
+    Returns
+    -------
+    ndarray of float, shape ``(*p.shape, n_groups, group_size)``
+        Rewards in {0, 1}.
+    """
+    pp = check_probability("p", p)
+    g = _check_count("group_size", group_size, 2)
+    n = _check_count("n_groups", n_groups, 1)
+    rng = np.random.default_rng(seed)
+    u = rng.random((*pp.shape, n, g))
+    return (u < pp[..., None, None]).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class GroupWeightEstimate:
+    """Monte Carlo estimates of the finite-group weights (see the module docstring).
+
+    Attributes
+    ----------
+    w_plus, w_minus, omega : ndarray
+        Estimates of ``E[A | r = 1]``, ``-E[A | r = 0]`` and their sum, shape of ``p``.
+    se_plus, se_minus, se_omega : ndarray
+        Their delta-method standard errors over groups.
+    n_success, n_failure : ndarray of int
+        Number of successful and failed samples drawn.
+    n_groups, group_size : int
+    """
+
+    w_plus: np.ndarray
+    w_minus: np.ndarray
+    omega: np.ndarray
+    se_plus: np.ndarray
+    se_minus: np.ndarray
+    se_omega: np.ndarray
+    n_success: np.ndarray
+    n_failure: np.ndarray
+    n_groups: int
+    group_size: int
+
+
+def estimate_group_weights(
+    p: ArrayLike,
+    n_groups: int,
+    *,
+    seed: int | np.random.Generator = 0,
+    calibration: Calibration | None = None,
+    max_chunk_values: int = 2**22,
+    **calibration_kwargs: Any,
+) -> GroupWeightEstimate:
+    """Estimate ``w+_G(p)``, ``w-_G(p)`` and ``Omega_G(p)`` from simulated groups.
+
+    Parameters
+    ----------
+    p : array_like
+        Success probabilities in (0, 1); one independent simulation per entry.
+    n_groups : int
+        Groups drawn per entry of ``p``.
+    seed : int or Generator
+        Random seed (results are deterministic for a given seed).
+    calibration : Calibration, optional
+        Must have ``group_size`` set; or pass the
+        :func:`~grpo_companion.theory.weights` keywords (``group_size`` required),
+        e.g. TRL's ``eps=1e-4, eps_placement="std", ddof=1``.
+    max_chunk_values : int
+        Groups are simulated in chunks of at most this many rewards (memory bound).
+
+    Raises
+    ------
+    ValueError
+        If ``p`` is not in (0, 1), ``group_size`` is unset, or a reward class
+        was never drawn for some ``p`` (increase ``n_groups``).
+    """
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    if cal.group_size is None:
+        raise ValueError("group_size must be set (an integer >= 2), got None")
+    pp = check_probability("p", p, open_interval=True)
+    n = _check_count("n_groups", n_groups, 2)
+    g = cal.group_size
+    rng = np.random.default_rng(seed)
+    flat = pp.ravel()
+    m = flat.size
+    # per entry of p: sums of Z = (X_s, Y_s, X_f, Y_f) and of Z Z^T over groups
+    s1 = np.zeros((m, 4))
+    s2 = np.zeros((m, 4, 4))
+    chunk = max(1, int(max_chunk_values) // max(1, m * g))
+    done = 0
+    while done < n:
+        k = min(chunk, n - done)
+        rewards = (rng.random((m, k, g)) < flat[:, None, None]).astype(np.float64)
+        adv = group_advantages(rewards, normalization=cal.normalization, eps=cal.eps,
+                               eps_placement=cal.eps_placement, ddof=cal.ddof)
+        z = np.stack([np.sum(adv * rewards, axis=-1), np.sum(rewards, axis=-1),
+                      np.sum(adv * (1.0 - rewards), axis=-1), np.sum(1.0 - rewards, axis=-1)],
+                     axis=-1)  # (m, k, 4)
+        s1 += z.sum(axis=1)
+        s2 += np.einsum("mki,mkj->mij", z, z)
+        done += k
+    mean = s1 / n
+    if (mean[:, 1] == 0).any() or (mean[:, 3] == 0).any():
+        bad = flat[(mean[:, 1] == 0) | (mean[:, 3] == 0)][0]
+        raise ValueError(
+            f"no success or no failure was drawn at p={bad!r} with n_groups={n}; "
+            "increase n_groups"
+        )
+    cov = (s2 - n * mean[:, :, None] * mean[:, None, :]) / (n - 1)
+    w_plus = mean[:, 0] / mean[:, 1]
+    w_minus = -mean[:, 2] / mean[:, 3]
+    zero = np.zeros(m)
+    grad_plus = np.stack([1.0 / mean[:, 1], -w_plus / mean[:, 1], zero, zero], axis=-1)
+    grad_minus = np.stack([zero, zero, -1.0 / mean[:, 3], -w_minus / mean[:, 3]], axis=-1)
+
+    def se(grad: np.ndarray) -> np.ndarray:
+        var = np.einsum("mi,mij,mj->m", grad, cov, grad) / n
+        return np.sqrt(np.maximum(var, 0.0))
+
+    shape = pp.shape
+    return GroupWeightEstimate(
+        w_plus=w_plus.reshape(shape),
+        w_minus=w_minus.reshape(shape),
+        omega=(w_plus + w_minus).reshape(shape),
+        se_plus=se(grad_plus).reshape(shape),
+        se_minus=se(grad_minus).reshape(shape),
+        se_omega=se(grad_plus + grad_minus).reshape(shape),
+        n_success=np.rint(s1[:, 1]).astype(np.int64).reshape(shape),
+        n_failure=np.rint(s1[:, 3]).astype(np.int64).reshape(shape),
+        n_groups=n,
+        group_size=g,
+    )
+
+
+def _check_count(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
