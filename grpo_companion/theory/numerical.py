@@ -1,0 +1,241 @@
+"""Direct numerical maximisation of the KL-regularised GRPO step (an independent check).
+
+On a finite outcome space the no-clip GRPO step (eq. 17) is
+
+    max_pi  E_pi[A] - beta (alpha KL(pi || pi_ref) + (1 - alpha) KL(pi || pi_prev)),
+
+with ``A = +w+(p_nu)`` on successes and ``-w-(p_nu)`` on failures, where
+``p_nu`` is the probability of success of the sampling policy (``pi_prev``
+unless given). :mod:`.policies` gives the maximiser in closed form (Theorems 1,
+4, 8 and Lemma 2); this module finds it without using that form, by running
+BFGS on unconstrained softmax logits with the analytic gradient, starting from
+the uniform policy, then polishing with Newton steps on the exact Hessian.
+``alpha = 1`` with ``pi_ref`` set to any anchor is the general-anchor problem
+of Theorem 8.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import optimize, special
+
+from ._validate import (
+    check_alpha,
+    check_beta,
+    check_probability,
+    check_probability_vector,
+    check_success_mask,
+)
+from .calibration import Calibration, resolve_calibration
+
+_NEWTON_STEPS = 30
+
+__all__ = ["NumericalOptimum", "maximise_regularised_objective", "regularised_objective"]
+
+
+@dataclass(frozen=True)
+class NumericalOptimum:
+    """Result of :func:`maximise_regularised_objective`.
+
+    Attributes
+    ----------
+    policy:
+        ``softmax`` of the optimal logits.
+    objective:
+        Value of the regularised objective at ``policy``.
+    gradient_norm:
+        Max-norm of the gradient in logit space at the end.
+    n_iterations:
+        BFGS iterations plus Newton steps used.
+    converged:
+        Whether the gradient max-norm reached ``gtol``.
+    """
+
+    policy: np.ndarray
+    objective: float
+    gradient_norm: float
+    n_iterations: int
+    converged: bool
+
+
+@dataclass(frozen=True)
+class _Problem:
+    advantage: np.ndarray
+    log_anchor: np.ndarray  # alpha log pi_ref + (1 - alpha) log pi_prev (unnormalised)
+    beta: float
+
+
+def _setup(pi_ref, pi_prev, success_mask, beta, alpha, p_nu, cal) -> _Problem:
+    ref = check_probability_vector("pi_ref", pi_ref)
+    prev = check_probability_vector("pi_prev", pi_prev)
+    for name, pi in (("pi_ref", ref), ("pi_prev", prev)):
+        if pi.ndim != 1:
+            raise ValueError(f"{name} must be a single 1-D policy, got shape {pi.shape}")
+    if ref.shape != prev.shape:
+        raise ValueError(f"pi_ref and pi_prev must have the same shape, got {ref.shape} "
+                         f"and {prev.shape}")
+    mask = np.broadcast_to(check_success_mask(success_mask), ref.shape)
+    b = float(check_beta(beta))
+    a = float(check_alpha(alpha))
+    # a zero anchor entry forces pi = 0 there, which finite logits cannot reach
+    if a > 0 and (ref <= 0).any():
+        raise ValueError(f"pi_ref must be > 0 everywhere when alpha > 0, got {ref!r}")
+    if a < 1 and (prev <= 0).any():
+        raise ValueError(f"pi_prev must be > 0 everywhere when alpha < 1, got {prev!r}")
+    if p_nu is None:
+        p = float(np.sum(prev[mask]))
+    else:
+        p = float(check_probability("p_nu", p_nu))
+    w_plus, w_minus = cal.weights(p)
+    adv = np.where(mask, float(w_plus), -float(w_minus))
+    with np.errstate(divide="ignore"):
+        log_anchor = (a * np.log(ref) if a > 0 else 0.0) + (
+            (1 - a) * np.log(prev) if a < 1 else 0.0
+        )
+    return _Problem(adv, np.broadcast_to(log_anchor, ref.shape).astype(float), b)
+
+
+def _value_and_grad(z: np.ndarray, prob: _Problem) -> tuple[float, np.ndarray]:
+    """Objective and its gradient w.r.t. the logits ``z`` (``pi = softmax(z)``)."""
+    log_pi = z - special.logsumexp(z)
+    pi = np.exp(log_pi)
+    # E_pi[A] - beta (E_pi[log pi] - E_pi[log anchor]); the anchor's normaliser is a constant
+    d_pi = prob.advantage - prob.beta * (log_pi + 1.0 - prob.log_anchor)
+    value = float(pi @ (prob.advantage - prob.beta * (log_pi - prob.log_anchor)))
+    grad = pi * (d_pi - pi @ d_pi)
+    return value, grad
+
+
+def _hessian(z: np.ndarray, prob: _Problem) -> np.ndarray:
+    """Hessian of the objective w.r.t. the logits.
+
+    With ``u = A + beta log anchor - beta log pi`` and ``g = pi (u - pi.u)`` the gradient,
+    ``H = diag(pi (u - pi.u - beta)) - pi (u - pi.u) pi^T - pi g^T + beta pi pi^T``.
+    """
+    log_pi = z - special.logsumexp(z)
+    pi = np.exp(log_pi)
+    u = prob.advantage + prob.beta * (prob.log_anchor - log_pi)
+    centred = u - pi @ u
+    g = pi * centred
+    return (np.diag(pi * (centred - prob.beta)) - np.outer(pi * centred, pi)
+            - np.outer(pi, g) + prob.beta * np.outer(pi, pi))
+
+
+def regularised_objective(
+    policy: ArrayLike,
+    pi_ref: ArrayLike,
+    pi_prev: ArrayLike,
+    success_mask: ArrayLike,
+    beta: float,
+    *,
+    alpha: float = 1.0,
+    p_nu: float | None = None,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> float:
+    """``E_pi[A] - beta (alpha KL(pi||pi_ref) + (1 - alpha) KL(pi||pi_prev))`` at ``policy``.
+
+    ``A`` uses ``p_nu`` if given, else the probability of success of ``pi_prev``.
+    """
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    prob = _setup(pi_ref, pi_prev, success_mask, beta, alpha, p_nu, cal)
+    pi = check_probability_vector("policy", policy)
+    if pi.shape != prob.advantage.shape:
+        raise ValueError(f"policy must have shape {prob.advantage.shape}, got {pi.shape}")
+    ref = np.asarray(pi_ref, dtype=float)
+    prev = np.asarray(pi_prev, dtype=float)
+    a = float(alpha)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        def kl(q: np.ndarray) -> float:
+            return float(np.sum(np.where(pi > 0, pi * (np.log(pi) - np.log(q)), 0.0)))
+
+        penalty = (a * kl(ref) if a > 0 else 0.0) + ((1 - a) * kl(prev) if a < 1 else 0.0)
+    return float(pi @ prob.advantage - prob.beta * penalty)
+
+
+def maximise_regularised_objective(
+    pi_ref: ArrayLike,
+    pi_prev: ArrayLike,
+    success_mask: ArrayLike,
+    beta: float,
+    *,
+    alpha: float = 1.0,
+    p_nu: float | None = None,
+    x0: ArrayLike | None = None,
+    gtol: float = 1e-11,
+    maxiter: int = 10_000,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> NumericalOptimum:
+    """Maximise the two-KL regularised objective over the simplex by BFGS on softmax logits.
+
+    Parameters
+    ----------
+    pi_ref, pi_prev : array_like
+        1-D policies over the same outcomes; entries must be positive where
+        their KL term is active (``alpha > 0``, resp. ``alpha < 1``).
+    success_mask : array_like
+        0/1 (or bool) success indicator per outcome.
+    beta : float
+        KL strength, > 0.
+    alpha : float
+        Reference share in [0, 1]: 1 is Theorem 1 (or Theorem 8 with anchor
+        ``pi_ref``), 0 is mirror GRPO (Theorem 4).
+    p_nu : float, optional
+        PoS that calibrates the advantage; default: that of ``pi_prev``.
+    x0 : array_like, optional
+        Starting logits (default zeros, the uniform policy).
+    gtol : float
+        Target gradient max-norm in logit space, > 0.
+    """
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    prob = _setup(pi_ref, pi_prev, success_mask, beta, alpha, p_nu, cal)
+    if not gtol > 0:
+        raise ValueError(f"gtol must be > 0, got {gtol!r}")
+    if isinstance(maxiter, bool) or not isinstance(maxiter, int) or maxiter < 1:
+        raise ValueError(f"maxiter must be an integer >= 1, got {maxiter!r}")
+    n = prob.advantage.size
+    z0 = np.zeros(n) if x0 is None else np.asarray(x0, dtype=float)
+    if z0.shape != (n,) or not np.isfinite(z0).all():
+        raise ValueError(f"x0 must be {n} finite logits, got {x0!r}")
+
+    def neg(z: np.ndarray) -> tuple[float, np.ndarray]:
+        value, grad = _value_and_grad(z, prob)
+        return -value, -grad
+
+    # BFGS brings the logits close; Newton steps on the gradient (exact Hessian,
+    # shift direction fixed by centring the logits) then reach rounding level,
+    # where BFGS alone tends to stop on a line-search "precision loss".
+    res = optimize.minimize(neg, z0, jac=True, method="BFGS",
+                            options={"gtol": max(gtol, 1e-8), "maxiter": maxiter})
+    z = res.x - np.mean(res.x)
+    n_iter = int(res.nit)
+    value, grad = _value_and_grad(z, prob)
+    best = (float(np.max(np.abs(grad))), z, value)
+    for _ in range(_NEWTON_STEPS):
+        if best[0] <= gtol:
+            break
+        hessian = _hessian(z, prob) - np.full((n, n), 1.0 / n**2)  # + centring term
+        try:
+            step = np.linalg.solve(hessian, grad)
+        except np.linalg.LinAlgError:  # pragma: no cover - singular only off the optimum
+            break
+        z = z - step
+        z = z - np.mean(z)
+        n_iter += 1
+        value, grad = _value_and_grad(z, prob)
+        norm = float(np.max(np.abs(grad)))
+        if norm < best[0]:
+            best = (norm, z, value)
+    grad_norm, z, value = best
+    return NumericalOptimum(
+        policy=special.softmax(z),
+        objective=value,
+        gradient_norm=grad_norm,
+        n_iterations=n_iter,
+        converged=grad_norm <= gtol,
+    )
