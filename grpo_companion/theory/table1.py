@@ -1,0 +1,376 @@
+"""Table 1 of the paper (p. 13) as data, with a numerical check of every row.
+
+Each row is a :class:`Variant`: a calibration (mean + variance whitening or
+mean only) and the reference share ``alpha`` of the KL penalty (1: KL to
+``pi_ref``; 0: mirror, KL to the previous policy; in between: two-KL). The
+paper's fixed-point / stability claim for the row is stored with it.
+
+:func:`check_table1` checks every row twice:
+
+1. **Recurrence.** GRPO iterations are run in policy space on a random
+   finite outcome space with the closed-form optimum
+   (:func:`~grpo_companion.theory.policy_iterate`), and the PoS of each
+   iterate is compared with the scalar recurrence
+   (:func:`~grpo_companion.theory.iterate`), both one step at a time and along
+   whole trajectories. For two-KL rows the Renyi correction of eq. (23) is
+   also checked: it vanishes along ``pi_0 = pi_ref`` and, from another
+   ``pi_0``, the first step matches the recurrence only with it included.
+2. **Claim.** The row's fixed-point and stability statement is tested on a
+   ``(p_ref, beta)`` grid. The verdict is ``"pass"``, ``"fail"`` or
+   ``"corrected"`` (part of the claim fails and the record states the
+   corrected version).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import special
+
+from .calibration import Calibration
+from .dynamics import iterate, iterate_logit, pos_map_derivative, pos_map_logit_derivative
+from .logistic import logit
+from .policies import policy_iterate, pos, renyi_correction
+from .regimes import Regime, classify_dynamics
+from .roots import fixed_points_logit
+
+__all__ = ["RowCheck", "Variant", "check_table1", "max_lemma1_bound", "variants"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of Table 1.
+
+    Attributes
+    ----------
+    key : str
+        Short identifier (``"grpo"``, ``"dr_grpo"``, ``"mirror"``, ``"mirror_dr"``,
+        ``"two_kl"``, ``"two_kl_mean"``).
+    method : str
+        The row's name in the paper.
+    calibration : Calibration
+    alpha : float
+        Reference share of the KL penalty.
+    recurrence : str
+        The logit recurrence (LaTeX), with ``Delta_R = 0`` along ``pi_0 = pi_ref``.
+    claim : str
+        The paper's fixed-point / stability claim, paraphrased.
+    """
+
+    key: str
+    method: str
+    calibration: Calibration
+    alpha: float
+    recurrence: str
+    claim: str
+
+
+def variants(eps: float = 1e-5, alpha_two_kl: float = 0.5) -> tuple[Variant, ...]:
+    """The six rows of Table 1, in the paper's order."""
+    if not 0 < alpha_two_kl < 1:
+        raise ValueError(f"alpha_two_kl must be in (0, 1), got {alpha_two_kl!r}")
+    std = Calibration("mean_std", eps)
+    mean = Calibration("mean_only")
+    a = float(alpha_two_kl)
+    return (
+        Variant("grpo", "GRPO, no clip (mean-var)", std, 1.0,
+                r"L_n = L_{\mathrm{ref}} + \Omega_\varepsilon(p_{n-1})/\beta",
+                "implicit fixed point p* = s(L_ref + Omega(p*)/beta); converges if "
+                "sup_p |h'(p)| < 1"),
+        Variant("dr_grpo", "Dr. GRPO, no clip (mean-only)", mean, 1.0,
+                r"L_n = L_{\mathrm{ref}} + 1/\beta",
+                "p* = s(L_ref + 1/beta), reached in one step; trivially stable"),
+        Variant("mirror", "Mirror GRPO (mean-var)", std, 0.0,
+                r"L_n = L_{n-1} + \Omega_\varepsilon(p_{n-1})/\beta",
+                "no interior fixed point; p_n increases to 1 (global); 0 absorbing only "
+                "without success support"),
+        Variant("mirror_dr", "Mirror Dr. GRPO (mean-only)", mean, 0.0,
+                r"L_n = L_{n-1} + 1/\beta",
+                "no interior fixed point; L_n = L_ref + n/beta, p_n increases to 1"),
+        Variant("two_kl", "Two-KL, mean+var", std, a,
+                r"L_n = \alpha L_{\mathrm{ref}} + (1-\alpha) L_{n-1} + \Delta_R"
+                r" + \Omega_\varepsilon(p_{n-1})/\beta",
+                "L* = L_ref + Delta_R*/alpha + Omega(p*)/(alpha beta); affine contraction "
+                "in log-odds if Delta_R bounded; monotonicity not guaranteed"),
+        Variant("two_kl_mean", "Two-KL, mean only", mean, a,
+                r"L_n = \alpha L_{\mathrm{ref}} + (1-\alpha) L_{n-1} + \Delta_R + 1/\beta",
+                "unique L* = L_ref + Delta_R*/alpha + 1/(alpha beta); contraction in "
+                "log-odds with rate 1 - alpha; p* > p_ref if Delta_R* + 1/beta > 0"),
+    )
+
+
+@dataclass(frozen=True)
+class RowCheck:
+    """Result of checking one row of Table 1.
+
+    Attributes
+    ----------
+    variant : Variant
+    recurrence_error : float
+        Largest ``|PoS(pi_n) - h(PoS(pi_{n-1}))|`` over prompts, betas and steps
+        (policy closed form against the scalar map, one step at a time).
+    trajectory_error : float
+        Largest ``|PoS(pi_n) - p_n|`` along whole trajectories from ``pi_ref``
+        (non-chaotic parameters only, so that rounding is not amplified).
+    renyi_max : float
+        Largest ``|Delta_R|`` along the policy iterates from ``pi_ref`` (0 expected).
+    status : str
+        ``"pass"``, ``"fail"`` or ``"corrected"``.
+    reason : str
+        What was checked, and the correction if any.
+    evidence : dict
+        The numbers behind the verdict.
+    """
+
+    variant: Variant
+    recurrence_error: float
+    trajectory_error: float
+    renyi_max: float
+    status: str
+    reason: str
+    evidence: dict[str, float] = field(default_factory=dict)
+
+
+def max_lemma1_bound(calibration: Calibration) -> float:
+    """``max_L |dOmega/dL|``: the largest value of Lemma 1's bound ``B(p*)`` over (0, 1).
+
+    The two-KL map ``L -> alpha L_ref + (1-alpha) L + Omega(L)/beta`` is a
+    contraction in log-odds exactly when ``beta > max B / alpha``.
+    """
+    ext = calibration.omega_prime_extrema
+    grid = np.concatenate([calibration._logit_table, ext])
+    return float(np.max(np.abs(calibration._omega_prime(grid))))
+
+
+def _random_problem(
+    rng: np.random.Generator, n_prompts: int, n_outcomes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Random reference policies (rows) and a success mask with both classes present."""
+    mask = np.zeros(n_outcomes, dtype=bool)
+    mask[rng.choice(n_outcomes, size=max(1, n_outcomes // 3), replace=False)] = True
+    # spread the PoS of the prompts over several orders of magnitude
+    logits = rng.normal(size=(n_prompts, n_outcomes))
+    shift = np.linspace(-7.0, 2.0, n_prompts)[:, None]
+    logits = logits + np.where(mask, shift, 0.0)
+    pi_ref = special.softmax(logits, axis=-1)
+    return pi_ref, mask
+
+
+def _recurrence_errors(
+    v: Variant, pi_ref: np.ndarray, mask: np.ndarray, betas: np.ndarray, n_steps: int,
+    rng: np.random.Generator,
+) -> tuple[float, float, float, dict[str, float]]:
+    n_p = pi_ref.shape[0]
+    ref = np.repeat(pi_ref, betas.size, axis=0)  # (prompts * betas, outcomes)
+    beta = np.tile(betas, n_p)
+    path = policy_iterate(ref, mask, beta, n_steps, alpha=v.alpha, calibration=v.calibration)
+    p_path = pos(path, mask)  # (n_steps + 1, cells)
+    p_ref = p_path[0]
+    one_step = iterate(p_path[:-1], p_ref[None, :], beta[None, :], 1, alpha=v.alpha,
+                       calibration=v.calibration)[1]
+    step_err = float(np.max(np.abs(p_path[1:] - one_step)))
+    scalar = iterate(p_ref, p_ref, beta, n_steps, alpha=v.alpha, calibration=v.calibration)
+    lyap = classify_dynamics(p_ref, p_ref, beta, alpha=v.alpha, n_transient=200,
+                             n_measure=200, calibration=v.calibration).lyapunov
+    calm = np.isnan(lyap) | (lyap < -1e-3)  # saturated, or clearly contracting
+    traj_err = float(np.max(np.abs(p_path - scalar)[:, calm], initial=0.0))
+    extra: dict[str, float] = {"trajectory_cells": float(calm.sum()),
+                               "policy_cells": float(calm.size)}
+    renyi = 0.0
+    if 0 < v.alpha < 1:
+        mass_s = np.sum(np.where(mask, path, 0.0), axis=-1)
+        mass_f = np.sum(np.where(mask, 0.0, path), axis=-1)
+        inner = np.all((mass_s > 0) & (mass_f > 0), axis=0)  # cells with both classes
+        dr = renyi_correction(ref[None, inner], path[:, inner], mask, v.alpha)
+        renyi = float(np.max(np.abs(dr), initial=0.0))
+        extra["renyi_cells"] = float(inner.sum())
+        # from a pi_0 that is not a reward-class tilt of pi_ref, Delta_R is needed
+        pi_0 = special.softmax(rng.normal(size=ref.shape), axis=-1)
+        pi_1 = policy_iterate(ref, mask, beta, 1, alpha=v.alpha, pi_0=pi_0,
+                              calibration=v.calibration)[1]
+        l1 = logit(pos(pi_1, mask))
+        p0 = pos(pi_0, mask)
+        delta = renyi_correction(ref, pi_0, mask, v.alpha)
+        base = iterate_logit(logit(p0), logit(p_ref), beta, 1, alpha=v.alpha,
+                             calibration=v.calibration)[1]
+        extra["renyi_step_error"] = float(np.max(np.abs(l1 - (base + delta))))
+        extra["renyi_step_size"] = float(np.max(np.abs(delta)))
+    return step_err, traj_err, renyi, extra
+
+
+def _grid(n: int) -> tuple[np.ndarray, np.ndarray]:
+    p_ref = np.logspace(-4, np.log10(0.95), n)[:, None]
+    beta = np.logspace(-2, 1.5, n)[None, :]
+    return p_ref, beta
+
+
+def _p_grid() -> np.ndarray:
+    return np.unique(np.concatenate([special.expit(np.linspace(-35, 35, 1401)),
+                                     np.linspace(1e-9, 1 - 1e-9, 1001)]))
+
+
+def _check_reference(v: Variant, n_grid: int) -> tuple[str, str, dict[str, float]]:
+    cal = v.calibration
+    p_ref, beta = _grid(n_grid)
+    lr = logit(p_ref)
+    roots = fixed_points_logit(lr, beta, calibration=cal)
+    n_fp = np.sum(~np.isnan(roots), axis=-1)
+    with np.errstate(invalid="ignore"):
+        resid = np.abs(roots - (lr[..., None] + cal._omega(roots) / beta[..., None]))
+        resid = float(np.nanmax(resid / np.maximum(1.0, np.abs(roots))))
+        above = bool(np.all((roots > lr[..., None]) | np.isnan(roots)))
+    ev = {"fp_residual": resid, "max_fixed_points": float(n_fp.max()),
+          "min_fixed_points": float(n_fp.min())}
+    if v.calibration.normalization == "mean_only":
+        p1 = iterate(p_ref, p_ref, beta, 2, calibration=cal)
+        star = special.expit(lr + 1.0 / beta)
+        ev["one_step_error"] = float(np.max(np.abs(p1[1] - star)))
+        ev["second_step_change"] = float(np.max(np.abs(p1[2] - p1[1])))
+        pg = _p_grid()[1:-1:50]
+        ev["max_abs_slope"] = float(np.max(np.abs(pos_map_derivative(
+            pg[:, None, None], p_ref, beta, calibration=cal))))
+        ok = (ev["one_step_error"] < 1e-12 and ev["second_step_change"] == 0
+              and ev["max_abs_slope"] == 0 and n_fp.min() == n_fp.max() == 1 and above)
+        reason = ("p_1 = s(L_ref + 1/beta) from any start, p_2 = p_1 exactly, h' = 0: "
+                  "a constant map, so one step and stable")
+        return ("pass" if ok else "fail"), reason, ev
+    # mean-var reference map: contraction is sufficient for convergence
+    pg = _p_grid()[1:-1]
+    sup = np.zeros(np.broadcast_shapes(p_ref.shape, beta.shape))
+    for chunk in np.array_split(pg, 8):
+        d = np.abs(pos_map_derivative(chunk[:, None, None], p_ref, beta, calibration=cal))
+        sup = np.maximum(sup, d.max(axis=0))
+    contraction = sup < 1
+    res = classify_dynamics(p_ref, p_ref, beta, n_transient=400, n_measure=100, calibration=cal)
+    unique = n_fp == 1
+    target = np.where(unique, roots[..., 0], np.nan)
+    hit = (res.regime == Regime.FIXED_POINT) & (
+        np.abs(res.final_logit - target) <= 1e-6 * np.maximum(1.0, np.abs(target)))
+    converged = res.regime == Regime.FIXED_POINT
+    ev.update({
+        "contraction_cells": float(contraction.sum()), "cells": float(contraction.size),
+        "contraction_not_converging": float(np.sum(contraction & ~(unique & hit))),
+        "converging_cells": float(converged.sum()),
+    })
+    ok = (contraction.any() and ev["contraction_not_converging"] == 0 and above
+          and resid < 1e-9)
+    reason = ("fixed points solve the implicit equation and exceed p_ref; wherever "
+              "sup|h'| < 1 the orbit converges to the unique fixed point (a sufficient "
+              "condition only: many more cells converge)")
+    return ("pass" if ok else "fail"), reason, ev
+
+
+def _check_mirror(v: Variant, n_grid: int) -> tuple[str, str, dict[str, float]]:
+    cal = v.calibration
+    p_ref, beta = _grid(n_grid)
+    roots = fixed_points_logit(logit(p_ref), beta, alpha=0.0, calibration=cal)
+    path = iterate_logit(logit(p_ref), logit(p_ref), beta, 40, alpha=0.0, calibration=cal)
+    with np.errstate(invalid="ignore"):
+        inc = np.diff(path, axis=0)
+        min_inc = float(np.nanmin(np.where(np.isfinite(inc), inc, np.nan)))
+    res = classify_dynamics(p_ref, p_ref, beta, alpha=0.0, n_transient=50, n_measure=10,
+                            calibration=cal)
+    zero = iterate(0.0, 0.0, 1.0, 10, alpha=0.0, calibration=cal)
+    ev = {"interior_fixed_points": float(np.sum(~np.isnan(roots))),
+          "min_logit_increment": min_inc,
+          "bound_omega_inf_over_beta_max": float(cal.omega_inf / beta.max()),
+          "share_saturating": float(np.mean(res.regime == Regime.SATURATES)),
+          "p_from_zero_max": float(zero.max())}
+    ok = (ev["interior_fixed_points"] == 0 and min_inc > 0 and ev["share_saturating"] == 1
+          and ev["p_from_zero_max"] == 0)
+    if cal.normalization == "mean_only":
+        n = np.arange(path.shape[0]).reshape(-1, 1, 1)
+        arith = np.abs(path - (logit(p_ref) + n / beta))
+        ev["arithmetic_error"] = float(np.max(arith / np.maximum(1.0, np.abs(path))))
+        ok = ok and ev["arithmetic_error"] < 1e-12
+        reason = "L_n = L_ref + n/beta exactly; no interior fixed point; p_n increases to 1"
+    else:
+        reason = ("no interior fixed point; every logit step is >= Omega_inf/beta > 0, so "
+                  "p_n increases to 1; p_ref = 0 stays at 0")
+    return ("pass" if ok else "fail"), reason, ev
+
+
+def _check_two_kl(v: Variant, n_grid: int) -> tuple[str, str, dict[str, float]]:
+    cal, a = v.calibration, v.alpha
+    p_ref, beta = _grid(n_grid)
+    lr = logit(p_ref)
+    roots = fixed_points_logit(lr, beta, alpha=a, calibration=cal)
+    ref_roots = fixed_points_logit(lr, a * beta, calibration=cal)
+    same = roots.shape == ref_roots.shape and bool(np.all(
+        (np.isnan(roots) & np.isnan(ref_roots))
+        | (np.abs(roots - ref_roots) <= 1e-9 * np.maximum(1.0, np.abs(roots)))))
+    with np.errstate(invalid="ignore"):
+        slope = np.abs(pos_map_logit_derivative(np.nan_to_num(roots), beta[..., None],
+                                                alpha=a, calibration=cal))
+    slope = np.where(np.isnan(roots), np.nan, slope)
+    n_fp = np.sum(~np.isnan(roots), axis=-1)
+    path = iterate_logit(lr, lr, beta, 60, alpha=a, calibration=cal)
+    steps = np.diff(path, axis=0)
+    non_monotone = np.any(steps > 1e-12, axis=0) & np.any(steps < -1e-12, axis=0)
+    ev = {"fp_equal_reference_at_alpha_beta": float(same),
+          "max_fixed_points": float(n_fp.max()),
+          "max_fp_slope": float(np.nanmax(slope)),
+          "cells_unstable_fp": float(np.sum(np.nanmax(slope, axis=-1) >= 1)),
+          "cells_non_monotone": float(non_monotone.sum()), "cells": float(n_fp.size)}
+    if cal.normalization == "mean_only":
+        star = lr + 1.0 / (a * beta)
+        n = np.arange(path.shape[0]).reshape(-1, 1, 1)
+        geo = np.abs((path - star) - (1 - a) ** n * (lr - star))
+        ev["geometric_rate_error"] = float(np.max(geo))
+        ev["fp_formula_error"] = float(np.nanmax(np.abs(roots[..., 0] - star)))
+        ok = (same and n_fp.min() == n_fp.max() == 1 and ev["geometric_rate_error"] < 1e-9
+              and ev["fp_formula_error"] < 1e-9 and bool(np.all(star > lr)))
+        reason = ("unique L* = L_ref + 1/(alpha beta) > L_ref; L_n - L* = (1-alpha)^n "
+                  "(L_0 - L*) exactly")
+        return ("pass" if ok else "fail"), reason, ev
+    bound = max_lemma1_bound(cal)
+    # corrected claim: contraction in log-odds iff beta > max B / alpha
+    b_hi, b_lo = 1.02 * bound / a, 0.98 * bound / a
+    grid_l = cal._logit_table
+    sup_hi = float(np.max(np.abs(pos_map_logit_derivative(grid_l, b_hi, alpha=a,
+                                                          calibration=cal))))
+    sup_lo = float(np.max(np.abs(pos_map_logit_derivative(grid_l, b_lo, alpha=a,
+                                                          calibration=cal))))
+    ev.update({"max_B": bound, "beta_contraction": bound / a, "sup_slope_above": sup_hi,
+               "sup_slope_below": sup_lo})
+    fp_ok = same
+    claim_false = ev["cells_unstable_fp"] > 0 or n_fp.max() > 1
+    corrected_ok = sup_hi < 1 < sup_lo
+    if fp_ok and claim_false and corrected_ok:
+        return ("corrected",
+                "fixed points are those of the reference map at alpha*beta (Delta_R* = 0), "
+                "but the map is not a contraction in general: up to three fixed points, "
+                "slopes (1-alpha) + Omega'(L*)/beta above 1; it contracts in log-odds iff "
+                "beta > max B(p)/alpha", ev)
+    ok = fp_ok and not claim_false
+    return ("pass" if ok else "fail"), "fixed points and contraction on the grid", ev
+
+
+def check_table1(
+    *,
+    eps: float = 1e-5,
+    alpha_two_kl: float = 0.5,
+    betas: tuple[float, ...] = (0.3, 1.0, 3.0, 10.0),
+    n_prompts: int = 6,
+    n_outcomes: int = 9,
+    n_steps: int = 25,
+    n_grid: int = 24,
+    seed: int = 0,
+) -> list[RowCheck]:
+    """Check the six rows of Table 1 (see the module docstring); one record per row."""
+    rng = np.random.default_rng(seed)
+    pi_ref, mask = _random_problem(rng, n_prompts, n_outcomes)
+    out = []
+    for v in variants(eps, alpha_two_kl):
+        step_err, traj_err, renyi, extra = _recurrence_errors(
+            v, pi_ref, mask, np.asarray(betas, dtype=float), n_steps, rng)
+        if v.alpha == 1:
+            status, reason, ev = _check_reference(v, n_grid)
+        elif v.alpha == 0:
+            status, reason, ev = _check_mirror(v, n_grid)
+        else:
+            status, reason, ev = _check_two_kl(v, n_grid)
+        ev.update(extra)
+        out.append(RowCheck(v, step_err, traj_err, renyi, status, reason, ev))
+    return out
