@@ -156,27 +156,29 @@ def collect(paths: Iterable[Path]) -> list[ClaimRecord]:
     return out
 
 
-#: Ordering used when one claim has several records (worst first).
-_SEVERITY = [FAILED, NOT_REPRODUCIBLE, CORRECTED, EXTENDED, VERIFIED]
+#: Order in which the statuses of one claim are listed (a failure first).
+STATUS_ORDER = [FAILED, CORRECTED, VERIFIED, EXTENDED, NOT_REPRODUCIBLE]
 
 
 def ledger(records: Iterable[ClaimRecord]) -> list[dict[str, str]]:
-    """One row per claim of :data:`CLAIMS`: worst status over its records, and where."""
+    """One row per claim of :data:`CLAIMS`.
+
+    A claim checked in several places gets every distinct status, failure first
+    (e.g. ``"verified; extended"``, or ``"extended; not reproducible here"`` for
+    an experiment checked at toy scale only); ``primary`` is the first of them.
+    """
     by_claim: dict[str, list[ClaimRecord]] = {}
     for rec in records:
         by_claim.setdefault(rec.claim, []).append(rec)
     rows = []
     for claim, description in CLAIMS.items():
         recs = by_claim.get(claim, [])
-        if not recs:
-            rows.append({"claim": claim, "description": description, "status": NOT_CHECKED,
-                         "where": "", "evidence": ""})
-            continue
-        worst = min(recs, key=lambda r: _SEVERITY.index(r.status))
+        statuses = sorted({r.status for r in recs}, key=STATUS_ORDER.index) or [NOT_CHECKED]
         rows.append({
             "claim": claim,
             "description": description,
-            "status": worst.status,
+            "primary": statuses[0],
+            "status": "; ".join(statuses),
             "where": "; ".join(sorted({r.where for r in recs})),
             "evidence": " ".join(r.evidence for r in recs),
         })

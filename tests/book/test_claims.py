@@ -21,17 +21,21 @@ def test_status_follows_the_check_and_its_kind() -> None:
         claims.status_of(True, "maybe")
 
 
-def test_ledger_has_every_claim_and_keeps_the_worst_status() -> None:
+def test_ledger_has_every_claim_and_lists_failures_first() -> None:
     recs = [
         claims.ClaimRecord("thm3", claims.VERIFIED, "ch04", "margin 0.1"),
         claims.ClaimRecord("thm3", claims.FAILED, "ch05", "margin -0.2"),
         claims.ClaimRecord("eq3", claims.VERIFIED, "ch01", "error 1e-16"),
+        claims.ClaimRecord("appA", claims.EXTENDED, "ch08", "toy"),
+        claims.ClaimRecord("appA", claims.NOT_REPRODUCIBLE, "ch08", "no GPU"),
     ]
     rows = {r["claim"]: r for r in claims.ledger(recs)}
     assert set(rows) == set(claims.CLAIMS)
-    assert rows["thm3"]["status"] == claims.FAILED
+    assert rows["thm3"]["primary"] == claims.FAILED
+    assert rows["thm3"]["status"] == "failed; verified"
     assert rows["thm3"]["where"] == "ch04; ch05"
     assert rows["eq3"]["status"] == claims.VERIFIED
+    assert rows["appA"]["status"] == "extended; not reproducible here"
     assert rows["thm10"]["status"] == claims.NOT_CHECKED
 
 
