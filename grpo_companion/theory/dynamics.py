@@ -171,21 +171,8 @@ def iterate_logit(
         Shape ``(n_steps + 1, *broadcast_shape)`` with the starting logit first,
         or only the final logits when ``keep_path=False``.
     """
-    n_steps = _check_steps(n_steps)
-    lp, lr, b, a, cal = _prepare(logit_p0, logit_p_ref, beta, alpha, calibration,
-                                 calibration_kwargs)
-    ref_part, keep = _affine_parts(lr, a)
-    inv_beta = 1.0 / b
-    path = np.empty((n_steps + 1, *lp.shape)) if keep_path else None
-    current = np.array(lp, dtype=np.float64)
-    if path is not None:
-        path[0] = current
-    with np.errstate(over="ignore"):
-        for n in range(1, n_steps + 1):
-            current = ref_part + _prev_part(keep, current) + cal._omega(current) * inv_beta
-            if path is not None:
-                path[n] = current
-    return path if path is not None else current
+    return _iterate(logit_p0, logit_p_ref, beta, n_steps, alpha, keep_path, calibration,
+                    calibration_kwargs, to_probability=False)
 
 
 def iterate(
@@ -207,9 +194,56 @@ def iterate(
     """
     lp = logit(check_probability("p0", p0))
     lr = logit(check_probability("p_ref", p_ref))
-    path = iterate_logit(lp, lr, beta, n_steps, alpha=alpha, keep_path=keep_path,
-                         calibration=calibration, **calibration_kwargs)
-    return special.expit(path, out=path) if path.ndim else special.expit(path)
+    return _iterate(lp, lr, beta, n_steps, alpha, keep_path, calibration, calibration_kwargs,
+                    to_probability=True)
+
+
+def _iterate(
+    logit_p0: ArrayLike,
+    logit_p_ref: ArrayLike,
+    beta: ArrayLike,
+    n_steps: int,
+    alpha: ArrayLike,
+    keep_path: bool,
+    calibration: Calibration | None,
+    calibration_kwargs: dict[str, Any],
+    *,
+    to_probability: bool,
+) -> np.ndarray:
+    """The iteration loop shared by :func:`iterate_logit` and :func:`iterate`.
+
+    Each step is computed in place, and a kept path is filled row by row (as
+    probabilities when ``to_probability``), so a large grid costs one pass of
+    the map per step and one write of the output.
+    """
+    n_steps = _check_steps(n_steps)
+    lp, lr, b, a, cal = _prepare(logit_p0, logit_p_ref, beta, alpha, calibration,
+                                 calibration_kwargs)
+    ref_part, keep = _affine_parts(lr, a)
+    inv_beta = 1.0 / b
+    current = np.array(lp, dtype=np.float64)
+    path = np.empty((n_steps + 1, *current.shape)) if keep_path else None
+
+    def emit(row: int) -> None:
+        if path is not None:
+            if to_probability:
+                special.expit(current, out=path[row, ...])
+            else:
+                path[row, ...] = current
+
+    emit(0)
+    with np.errstate(over="ignore"):
+        for n in range(1, n_steps + 1):
+            step = cal._omega(current)
+            step *= inv_beta
+            step += ref_part
+            if np.any(keep):
+                step += _prev_part(keep, current)
+            current = step
+            emit(n)
+    if path is not None:
+        return path
+    return special.expit(current) if to_probability else current
 
 
 def _check_steps(n_steps: int) -> int:
