@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm  # plain text bar: tqdm.auto warns on stderr without ipywidgets
 
 from grpo_companion.rl import io, losses
 from grpo_companion.rl.policies import TabularSoftmaxPolicy, TinyCausalTransformer
