@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 import sympy as sp
 
+from grpo_companion import theory
 from grpo_companion.symbolic import calibration as cal
 from grpo_companion.symbolic.symbols import eps, on_unit_interval, p
 
 RTOL = 1e-10
 CALIBRATIONS = [("mean_std", "sqrt"), ("mean_std", "std"), ("mean_only", "sqrt")]
-
-
-def theory_attr(name: str):
-    """``grpo_companion.theory.<name>`` (or from its submodules while the package
-    has no ``__init__``); skips only if the numeric module does not provide it."""
-    for module in ("grpo_companion.theory", "grpo_companion.theory.dynamics",
-                   "grpo_companion.theory.roots", "grpo_companion.theory.calibration"):
-        try:
-            found = importlib.import_module(module)
-        except ImportError:  # pragma: no cover - depends on the other module
-            continue
-        if hasattr(found, name):
-            return getattr(found, name)
-    pytest.skip(f"grpo_companion.theory has no {name}")  # pragma: no cover
 
 
 def random_points(n: int = 200, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -57,7 +42,7 @@ def test_weights_have_paper_form(normalization, placement):
 
 @pytest.mark.parametrize(("normalization", "placement"), CALIBRATIONS)
 def test_weights_match_theory(normalization, placement):
-    weights = theory_attr("weights")
+    weights = theory.weights
     w = cal.calibration_weights(normalization, placement)
     f = sp.lambdify((p, eps), (w.w_plus, w.w_minus, w.omega), "numpy")
     probs, smoothing = random_points()
@@ -106,7 +91,7 @@ def test_advantage_piecewise_evaluates_to_weights():
 @pytest.mark.parametrize("ddof", [0, 1])
 @pytest.mark.parametrize(("normalization", "placement"), CALIBRATIONS)
 def test_group_weights_match_theory(group_size, ddof, normalization, placement):
-    weights = theory_attr("weights")
+    weights = theory.weights
     g = cal.group_weights(group_size, normalization, placement, ddof)
     assert g.mean_advantage == 0
     f = sp.lambdify((p, eps), (g.w_plus, g.w_minus), "numpy")

@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 import sympy as sp
 
+from grpo_companion import theory
 from grpo_companion.symbolic import dynamics as dyn
 from grpo_companion.symbolic.policy import pos_map
 from grpo_companion.symbolic.symbols import beta, eps, lambdify, p, p_ref
 from grpo_companion.symbolic.two_kl import delta_renyi, p_star
-
-
-def theory_attr(name: str):
-    """``grpo_companion.theory.<name>`` (or from its submodules while the package
-    has no ``__init__``); skips only if the numeric module does not provide it."""
-    for module in ("grpo_companion.theory", "grpo_companion.theory.dynamics",
-                   "grpo_companion.theory.roots", "grpo_companion.theory.calibration"):
-        try:
-            found = importlib.import_module(module)
-        except ImportError:  # pragma: no cover - depends on the other module
-            continue
-        if hasattr(found, name):
-            return getattr(found, name)
-    pytest.skip(f"grpo_companion.theory has no {name}")  # pragma: no cover
 
 
 def random_params(n: int = 200, seed: int = 0) -> dict[str, np.ndarray]:
@@ -44,7 +29,7 @@ ANCHOR_ALPHA = {"reference": 1.0, "mirror": 0.0}
 
 @pytest.mark.parametrize("anchor", ["reference", "mirror", "two_kl"])
 def test_map_derivative_matches_theory(anchor):
-    derivative = theory_attr("pos_map_derivative")
+    derivative = theory.pos_map_derivative
     d = dyn.map_derivative("mean_std", "sqrt", anchor)
     f, g = lambdify(d.derivative), lambdify(d.factored)
     prm = random_params()
@@ -68,11 +53,11 @@ def test_proposition1_derivative_form():
 
 
 def test_lemma1_at_theory_fixed_points():
-    fixed_points = theory_attr("fixed_points")
+    fixed_points = theory.fixed_points
     lemma = sp.lambdify((p_star, beta, eps), dyn.lemma1_derivative().rhs, "numpy")
     exact = lambdify(dyn.map_derivative().derivative)
     bound = sp.lambdify((p_star, eps), dyn.stability_bound(), "numpy")
-    stability = theory_attr("stability_bound")
+    stability = theory.stability_bound
     rng = np.random.default_rng(4)
     checked = 0
     for _ in range(60):
@@ -101,7 +86,7 @@ def test_amplification_theorem3():
 @pytest.mark.parametrize(("normalization", "placement"),
                          [("mean_std", "sqrt"), ("mean_std", "std"), ("mean_only", "none")])
 def test_mirror_increment_matches_theory(normalization, placement):
-    pos_map_logit = theory_attr("pos_map_logit")
+    pos_map_logit = theory.pos_map_logit
     inc = dyn.mirror_increment(normalization, placement)
     f = sp.lambdify((p, beta, eps), inc, "numpy")
     prm = random_params()
@@ -119,7 +104,7 @@ def test_mirror_increment_matches_theory(normalization, placement):
 def test_dr_grpo_one_step_and_mirror_progression():
     dr = dyn.dr_grpo()
     assert dr.second_step_gap == 0
-    iterate = theory_attr("iterate")
+    iterate = theory.iterate
     f = sp.lambdify((p_ref, beta), dr.first_step, "numpy")
     n = sp.Symbol("n", integer=True, nonnegative=True)
     g = sp.lambdify((p_ref, beta, n), dr.mirror_logits, "numpy")
@@ -132,7 +117,7 @@ def test_dr_grpo_one_step_and_mirror_progression():
 
 def test_beta_eff_equivalence():
     eq = dyn.beta_eff_equivalence()
-    theory_map = theory_attr("pos_map")
+    theory_map = theory.pos_map
     f = sp.lambdify((p, beta, eps), eq.rhs, "numpy")
     prm = random_params(50)
     for i in range(50):
@@ -145,7 +130,7 @@ def test_beta_eff_equivalence():
 
 def test_two_kl_fixed_point_table1():
     eq = dyn.two_kl_fixed_point()
-    fixed_points = theory_attr("fixed_points")
+    fixed_points = theory.fixed_points
     residual = sp.lambdify((p_star, p_ref, beta, eps, sp.Symbol("alpha", positive=True)),
                            (eq.lhs - eq.rhs).subs(delta_renyi, 0), "numpy")
     rng = np.random.default_rng(6)
@@ -161,7 +146,7 @@ def test_two_kl_fixed_point_table1():
 def test_table1_two_kl_map_is_not_a_contraction_in_general():
     """Table 1 calls the two-KL mean+var map an affine contraction in log-odds;
     it can have three fixed points, one with slope > 1."""
-    fixed_points = theory_attr("fixed_points")
+    fixed_points = theory.fixed_points
     slope = dyn.map_derivative(anchor="two_kl").logit_map_slope
     f = sp.lambdify((p_star, beta, eps, sp.Symbol("alpha", positive=True)), slope, "numpy")
     roots = fixed_points(0.001, 1.0, alpha=0.5, eps=1e-5)
@@ -171,7 +156,7 @@ def test_table1_two_kl_map_is_not_a_contraction_in_general():
 
 
 def test_fixed_point_residual_vanishes_at_theory_roots():
-    fixed_points = theory_attr("fixed_points")
+    fixed_points = theory.fixed_points
     r = lambdify(dyn.fixed_point_equation())
     for pr, b in [(0.2, 0.5), (0.05, 2.0), (0.5, 10.0)]:
         roots = fixed_points(pr, b, eps=1e-4)

@@ -2,32 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 import sympy as sp
 from scipy import optimize
 
+from grpo_companion import theory
 from grpo_companion.symbolic import policy as pol
 from grpo_companion.symbolic.contrastive import w_minus_sym, w_plus_sym
 from grpo_companion.symbolic.symbols import LAMBDA_ARGS, beta, lambdify, logit, p, p_ref
 
 RTOL = 1e-10
-
-
-def theory_attr(name: str):
-    """``grpo_companion.theory.<name>`` (or from its submodules while the package
-    has no ``__init__``); skips only if the numeric module does not provide it."""
-    for module in ("grpo_companion.theory", "grpo_companion.theory.dynamics",
-                   "grpo_companion.theory.roots", "grpo_companion.theory.calibration"):
-        try:
-            found = importlib.import_module(module)
-        except ImportError:  # pragma: no cover - depends on the other module
-            continue
-        if hasattr(found, name):
-            return getattr(found, name)
-    pytest.skip(f"grpo_companion.theory has no {name}")  # pragma: no cover
 
 
 def random_params(n: int = 200, seed: int = 0) -> dict[str, np.ndarray]:
@@ -75,7 +60,7 @@ def test_lagrange_solution_matches_numeric_optimisation():
 @pytest.mark.parametrize(("normalization", "placement"),
                          [("mean_std", "sqrt"), ("mean_std", "std"), ("mean_only", "sqrt")])
 def test_pos_map_matches_theory(anchor, normalization, placement):
-    pos_map = theory_attr("pos_map")
+    pos_map = theory.pos_map
     expr = pol.pos_map(normalization, placement, anchor).next_prob
     f = lambdify(expr)
     prm = random_params()
