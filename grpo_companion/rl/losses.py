@@ -27,8 +27,9 @@ import math
 
 import torch
 
-NORMALIZATIONS = ("mean_std", "mean_only")
-EPS_PLACEMENTS = ("sqrt", "std")
+# the calibration names are defined once, by the theory module
+from grpo_companion.theory.calibration import EPS_PLACEMENTS, NORMALIZATIONS
+
 KL_ESTIMATORS = ("k1", "k2", "k3", "k3_ratio")
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 

@@ -23,7 +23,18 @@ from ._validate import check_logit, check_probability
 from .finite_group import group_gains, group_weights_of_logit, group_weights_prime_of_logit
 from .logistic import log_bernoulli_variance, logit
 
-__all__ = ["Calibration", "omega", "omega_of_logit", "resolve_calibration", "weights"]
+__all__ = [
+    "EPS_PLACEMENTS",
+    "NORMALIZATIONS",
+    "Calibration",
+    "omega",
+    "omega_of_logit",
+    "resolve_calibration",
+    "weights",
+]
+
+#: Names of the reward normalisations (also used by the torch losses of ``grpo_companion.rl``).
+NORMALIZATIONS = tuple(SCALES)
 
 
 @dataclass(frozen=True)
