@@ -1,0 +1,278 @@
+"""Which fixed point sampled GRPO reaches with each per-sample KL estimator.
+
+Sampled GRPO does not add ``KL(pi || pi_ref)`` to its loss but a per-sample
+estimate ``k(o)`` averaged over outputs ``o`` drawn from ``pi_old`` (the
+estimators of :func:`grpo_companion.rl.losses.kl_penalty`). With ``d = log
+pi_ref(o) - log pi(o)``: ``k1 = -d``, ``k2 = d**2 / 2``, ``k3 = exp(d) - d - 1``
+and ``k3_ratio = (pi / pi_old) k3``. What a gradient step follows is the
+*expected gradient* ``grad_theta E_{o ~ pi_old}[k(o)]``; on policy
+(``pi_old = pi``, the first of the mu steps) it is, for a softmax policy with
+logits ``theta``:
+
+- ``k2``, ``k3_ratio`` (and the exact KL): the gradient of ``KL(pi || pi_ref)``;
+- ``k3``: ``pi - pi_ref``, the gradient of the *reverse* ``KL(pi_ref || pi)``;
+- ``k1``: zero (its expected score vanishes).
+
+A training run that settles (``pi_n = pi_{n-1}`` on average) settles where the
+expected gradient of the whole loss is zero, so each estimator has its own
+limit:
+
+- forward KL: the Gibbs tilt ``pi_ref exp(A / beta) / Z``, whose PoS solves the
+  paper's fixed-point equation ``logit p = logit p_ref + Omega(p) / beta``
+  (:func:`grpo_companion.theory.fixed_points`);
+- reverse KL: the maximiser of ``E_pi[A] - beta KL(pi_ref || pi)``,
+  ``pi = beta pi_ref / (lam - A)`` (:func:`reverse_kl_policy`), whose PoS solves
+  ``p (1 - p) Omega(p) = beta (p - p_ref)`` (:func:`reverse_kl_fixed_points`);
+- k1: no anchor at all, the PoS keeps growing towards 1.
+
+For the two-outcome bandit (one success, one failure; the policy *is* its
+PoS) :func:`logit_drift` is the expected gradient of the sampled objective
+with respect to the success logit ``L``; its zeros are these limits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import optimize
+
+from ._validate import check_beta, check_probability, check_probability_vector
+from .calibration import Calibration, resolve_calibration
+from .logistic import log_bernoulli_variance, logit, sigmoid
+
+__all__ = [
+    "ESTIMATOR_TARGETS",
+    "expected_kl_gradient",
+    "logit_drift",
+    "reverse_kl_fixed_points",
+    "reverse_kl_policy",
+    "reverse_kl_pos",
+]
+
+#: Which divergence each estimator's expected on-policy gradient follows.
+ESTIMATOR_TARGETS: dict[str, str] = {
+    "exact": "forward",
+    "k2": "forward",
+    "k3_ratio": "forward",
+    "k3": "reverse",
+    "k1": "none",
+}
+
+
+def _check_estimator(estimator: str) -> str:
+    if estimator not in ESTIMATOR_TARGETS:
+        raise ValueError(f"estimator must be one of {tuple(ESTIMATOR_TARGETS)}, "
+                         f"got {estimator!r}")
+    return estimator
+
+
+def expected_kl_gradient(
+    policy: ArrayLike,
+    ref_policy: ArrayLike,
+    estimator: str,
+    *,
+    old_policy: ArrayLike | None = None,
+) -> np.ndarray:
+    """Expected gradient ``grad_theta E_{o ~ pi_old}[k(o)]`` for a softmax policy.
+
+    Parameters
+    ----------
+    policy, ref_policy, old_policy : array_like
+        Probability vectors over outcomes (last axis): the policy ``pi`` being
+        differentiated (logits ``theta``), the KL anchor, and the sampling
+        policy (default: ``pi`` itself, the on-policy first step). ``policy``
+        and ``ref_policy`` must be positive.
+    estimator : {"exact", "k1", "k2", "k3", "k3_ratio"}
+
+    Returns
+    -------
+    ndarray
+        The gradient with respect to the logits, same shape as ``policy``
+        (it sums to zero over the last axis). Uses
+        ``d log pi(o) / d theta_j = 1[o = j] - pi_j``.
+    """
+    _check_estimator(estimator)
+    pi = check_probability_vector("policy", policy)
+    ref = check_probability_vector("ref_policy", ref_policy)
+    old = pi if old_policy is None else check_probability_vector("old_policy", old_policy)
+    if np.any(pi <= 0) or np.any(ref <= 0):
+        raise ValueError("policy and ref_policy must be positive (the estimators take logs)")
+    pi, ref, old = np.broadcast_arrays(pi, ref, old)
+    log_ratio = np.log(pi) - np.log(ref)  # log pi / pi_ref = -d
+    if estimator in ("exact", "k3_ratio"):
+        kl = np.sum(pi * log_ratio, axis=-1, keepdims=True)
+        return pi * (log_ratio - kl)
+    if estimator == "k1":
+        per_sample = np.ones_like(pi)  # dk1 / dlog pi = 1
+    elif estimator == "k2":
+        per_sample = log_ratio  # dk2 / dlog pi = -d
+    else:  # k3
+        per_sample = -np.expm1(-log_ratio)  # dk3 / dlog pi = 1 - pi_ref / pi
+    weighted = old * per_sample
+    return weighted - pi * np.sum(weighted, axis=-1, keepdims=True)
+
+
+def _bisect_lambda(ref: np.ndarray, adv: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """Solve ``sum_o beta ref_o / (lam - A_o) = 1`` for ``lam > max_{ref_o > 0} A_o``."""
+    support = ref > 0
+    top = np.max(np.where(support, adv, -np.inf), axis=-1)
+    lo, hi = top.copy(), top + beta[..., 0]  # at lam = top + beta every term <= ref_o
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            gap = mid[..., None] - adv
+            total = np.sum(np.where(support, beta * ref / gap, 0.0), axis=-1)
+            above = total > 1.0
+            lo = np.where(above, mid, lo)
+            hi = np.where(above, hi, mid)
+    return hi
+
+
+def reverse_kl_policy(
+    ref_policy: ArrayLike, advantage: ArrayLike, beta: ArrayLike
+) -> np.ndarray:
+    """Maximiser of ``E_pi[A] - beta KL(pi_ref || pi)`` over the simplex.
+
+    The stationarity condition ``A_o + beta pi_ref(o) / pi(o) = lam`` gives
+    ``pi(o) = beta pi_ref(o) / (lam - A(o))`` with ``lam > max A`` (on the
+    support of ``pi_ref``) fixed by normalisation (solved by bisection to
+    machine precision). Unlike the forward-KL optimum (the Gibbs tilt
+    ``pi_ref exp(A / beta) / Z``, :func:`grpo_companion.theory.optimal_policy`)
+    the tilt is a rational, not exponential, function of the advantage.
+
+    Parameters
+    ----------
+    ref_policy : array_like
+        Reference probability vectors (last axis over outcomes).
+    advantage : array_like
+        Advantage of each outcome, broadcast against ``ref_policy``.
+    beta : array_like
+        Penalty strength ``> 0``, one per leading index (broadcast).
+    """
+    ref = check_probability_vector("ref_policy", ref_policy)
+    adv = np.asarray(advantage, dtype=np.float64)
+    if not np.all(np.isfinite(adv)):
+        raise ValueError("advantage must be finite")
+    b = check_beta(beta)
+    ref, adv = np.broadcast_arrays(ref, adv)
+    b = np.broadcast_to(np.asarray(b, dtype=np.float64)[..., None], ref.shape[:-1] + (1,))
+    lam = _bisect_lambda(ref, adv, b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pi = np.where(ref > 0, b * ref / (lam[..., None] - adv), 0.0)
+    return pi / pi.sum(axis=-1, keepdims=True)
+
+
+def reverse_kl_pos(
+    p_ref: ArrayLike, w_plus: ArrayLike, w_minus: ArrayLike, beta: ArrayLike
+) -> np.ndarray:
+    """PoS of :func:`reverse_kl_policy` for the calibrated advantage ``+w+`` / ``-w-``.
+
+    Only the class masses matter: ``p = beta p_ref / (lam - w+)`` and
+    ``1 - p = beta (1 - p_ref) / (lam + w-)``, with ``lam`` fixed by their sum.
+    """
+    pr = check_probability("p_ref", p_ref)
+    b = check_beta(beta)
+    wp = np.asarray(w_plus, dtype=np.float64)
+    wm = np.asarray(w_minus, dtype=np.float64)
+    pr, wp, wm, b = np.broadcast_arrays(pr, wp, wm, b)
+    ref = np.stack([pr, 1.0 - pr], axis=-1)
+    adv = np.stack([wp, -wm], axis=-1)
+    return reverse_kl_policy(ref, adv, b)[..., 0]
+
+
+def logit_drift(
+    p: ArrayLike,
+    p_ref: ArrayLike,
+    beta: ArrayLike,
+    estimator: str,
+    *,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Expected gradient of the sampled GRPO objective in the success logit.
+
+    Two-outcome bandit (one success, one failure), reference KL only
+    (``alpha = 1``), at ``pi = pi_old`` with PoS ``p`` and success logit ``L``:
+
+    - surrogate: ``p (1 - p) Omega(p)`` (the calibrated advantage);
+    - forward KL (exact, k2, k3_ratio): ``- beta p (1 - p) (L - L_ref)``;
+    - reverse KL (k3): ``- beta (p - p_ref)``;
+    - k1: ``0``.
+
+    A sampled run with small steps drifts up where this is positive and down
+    where it is negative; it settles at a zero where the drift decreases.
+    """
+    _check_estimator(estimator)
+    pp = check_probability("p", p)
+    pr = check_probability("p_ref", p_ref)
+    b = check_beta(beta)
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    lp, lr = logit(pp), logit(pr)
+    var = pp * (1.0 - pp)
+    push = var * cal.omega_of_logit(lp)
+    target = ESTIMATOR_TARGETS[estimator]
+    if target == "forward":
+        with np.errstate(invalid="ignore"):
+            pull = np.where(var > 0, var * (lp - lr), 0.0)
+    elif target == "reverse":
+        pull = pp - pr
+    else:
+        pull = np.zeros_like(push)
+    return push - b * pull
+
+
+def reverse_kl_fixed_points(
+    p_ref: ArrayLike,
+    beta: ArrayLike,
+    *,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Every interior PoS fixed point of GRPO with a reverse-KL anchor, increasing.
+
+    Solves ``p (1 - p) Omega(p) = beta (p - p_ref)`` (the zeros of
+    :func:`logit_drift` for ``"k3"``), equivalently ``p`` is the PoS of
+    :func:`reverse_kl_policy` with the weights evaluated at ``p`` itself.
+    Roots are bracketed on a fine logit grid and refined with Brent's method.
+    For the population calibration with ``eps = 0`` the root is unique and has
+    a closed form (see the tests).
+
+    Returns
+    -------
+    ndarray
+        1-D for scalar arguments; otherwise the broadcast shape plus a
+        trailing axis padded with NaN. ``p_ref`` in {0, 1} gives no interior
+        root (0 and 1 are absorbing).
+    """
+    pr = check_probability("p_ref", p_ref)
+    b = check_beta(beta)
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    pr, b = np.broadcast_arrays(pr, b)
+    grid = np.linspace(-60.0, 60.0, 24001)
+
+    def scaled(x: ArrayLike, pr_: float, b_: float) -> np.ndarray:
+        # Omega(p) / beta - (p - p_ref) / (p (1 - p)): same zeros, finite in logit space
+        x = np.asarray(x, dtype=np.float64)
+        var = np.exp(log_bernoulli_variance(x))
+        return cal.omega_of_logit(x) / b_ - (sigmoid(x) - pr_) / var
+
+    rows = []
+    for pr_, b_ in zip(pr.ravel(), b.ravel(), strict=True):
+        roots: list[float] = []
+        if 0.0 < pr_ < 1.0:
+            sign = np.sign(scaled(grid, float(pr_), float(b_)))
+            for i in np.flatnonzero(sign[:-1] * sign[1:] < 0):
+                x = optimize.brentq(lambda z, a=float(pr_), c=float(b_): float(scaled(z, a, c)),
+                                    grid[i], grid[i + 1], xtol=1e-13,
+                                    rtol=4 * np.finfo(float).eps)
+                roots.append(float(sigmoid(x)))
+        rows.append(roots)
+    width = max((len(r) for r in rows), default=0)
+    out = np.full((len(rows), width), np.nan)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    if pr.ndim == 0:
+        return out[0]
+    return out.reshape(*pr.shape, width)
