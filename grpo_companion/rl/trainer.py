@@ -299,7 +299,10 @@ class TrainResult:
     is the reference PoS per tracked prompt (exact for the bandit, estimated
     like ``success_prob`` for the sequence task); ``prompt_ids`` are the task's
     indices of the tracked prompts; ``iteration_rows`` are the rows of
-    ``iterations.csv``.
+    ``iterations.csv``; ``reference_state`` (sequence task) is the state dict
+    of the reference policy in force at the end (pi_ref unless
+    ``ref_reset_every``), which :func:`train` accepts back to skip the
+    supervised pre-training of another run.
     """
 
     config: TrainConfig
@@ -310,6 +313,7 @@ class TrainResult:
     out_dir: Path | None = None
     device: str = "cpu"
     sft_losses: list[float] = field(default_factory=list)
+    reference_state: dict[str, torch.Tensor] | None = None
 
     @property
     def success_prob(self) -> np.ndarray:
@@ -371,9 +375,19 @@ class _Run:
             return torch.optim.Adam(params, lr=self.lr)
         return torch.optim.SGD(params, lr=self.lr)
 
-    def pretrain(self) -> None:
-        """Supervised pre-training of the sequence task's reference policy."""
-        if self.config.task == "sequence" and self.config.sft_steps > 0:
+    def pretrain(self, reference_state: dict[str, torch.Tensor] | None = None) -> None:
+        """Supervised pre-training of the sequence task's reference policy.
+
+        With ``reference_state`` the policy and pi_ref are loaded from it instead.
+        """
+        if reference_state is not None:
+            try:
+                self.policy.load_state_dict(reference_state)
+            except (RuntimeError, KeyError) as err:
+                raise ValueError(f"reference_state does not fit the model of this config "
+                                 f"(d_model, n_layers, n_heads, max_operand): {err}") from err
+            self.ref_policy = _frozen_copy(self.policy)
+        elif self.config.task == "sequence" and self.config.sft_steps > 0:
             sft_generator = torch.Generator(device=self.device).manual_seed(self.config.seed + 1)
             self.sft_losses = pretrain_reference(
                 self.task, self.policy, steps=self.config.sft_steps,
@@ -624,9 +638,13 @@ def _result(run: _Run, out: Path | None) -> TrainResult:
         p_ref = np.asarray(run.task.p_ref, dtype=np.float64)
     else:
         p_ref = metrics["success_prob"][0]
+    reference_state = None
+    if run.config.task == "sequence":
+        reference_state = {k: v.detach().clone() for k, v in run.ref_policy.state_dict().items()}
     return TrainResult(config=run.config, metrics=metrics, p_ref=p_ref,
                        prompt_ids=np.asarray(run.tracked), iteration_rows=run.iteration_rows,
-                       out_dir=out, device=str(run.device), sft_losses=run.sft_losses)
+                       out_dir=out, device=str(run.device), sft_losses=run.sft_losses,
+                       reference_state=reference_state)
 
 
 def check_out_dir(out_dir: str | Path, *, resume: bool) -> Path:
@@ -652,6 +670,7 @@ def train(
     out_dir: str | Path | None = None,
     resume: bool = False,
     callback: Callable[[int], None] | None = None,
+    reference_state: dict[str, torch.Tensor] | None = None,
 ) -> TrainResult:
     """Run GRPO on a toy task (Algorithm 1, or its exact iteration).
 
@@ -672,6 +691,14 @@ def train(
         Called with the iteration number after each iteration (and its
         checkpoint); an exception raised there stops the run, as an
         interruption would.
+    reference_state
+        Sequence task only: start from this reference policy (the
+        ``reference_state`` of an earlier :class:`TrainResult` whose config has
+        the same model fields) instead of pre-training one, e.g. to compare
+        GRPO variants from one pi_ref without repeating the SFT. The run then
+        has no ``sft_losses``. With the same seed and model fields the results
+        equal those of a run that pre-trains. Not with ``resume`` (the
+        checkpoint holds pi_ref).
 
     Returns
     -------
@@ -680,6 +707,9 @@ def train(
     """
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if reference_state is not None and (config.task != "sequence" or resume):
+        raise ValueError("reference_state must be None for task='bandit' or with resume=True, "
+                         f"got a state dict (task={config.task!r}, resume={resume})")
     out = None if out_dir is None else check_out_dir(out_dir, resume=resume)
     if resume and out is None:
         raise ValueError("resume=True needs out_dir, got None")
@@ -695,7 +725,7 @@ def train(
             raise ValueError(f"config differs from the checkpointed run in {diff}")
         run.load(state)
     else:
-        run.pretrain()
+        run.pretrain(reference_state)
         _evaluate(run, run.policy, np.full(len(run.tracked), math.nan))
     record = {"config": config.to_dict(), "seed": config.seed, "versions": _versions(device),
               "status": "running"}
