@@ -1,6 +1,6 @@
 """PyTorch side of the companion: tasks with verifiers, policies, GRPO losses, trainer.
 
-Modules (import what you need; :mod:`losses` alone is enough to drop the GRPO
+Modules (import what you need; :mod:`~grpo_companion.rl.losses` alone is enough to drop the GRPO
 loss into your own loop):
 
 - :mod:`~grpo_companion.rl.losses`: group advantages, per-token clipped loss

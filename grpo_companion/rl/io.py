@@ -1,7 +1,7 @@
 """Atomic file writes: every file the trainer leaves behind is complete or absent.
 
 Each writer puts the bytes in a temporary file in the destination folder, flushes
-and fsyncs it, then moves it over the destination with :func:`os.replace`, which
+and fsyncs it, then moves it over the destination with ``os.replace``, which
 is atomic on POSIX and Windows. An interrupted run therefore never leaves a
 half-written CSV, JSON or checkpoint.
 """

@@ -492,7 +492,9 @@ class ErrorDecomposition:
     and ``pi_n`` tilt ``pi_ref`` by a function of the reward only, so the second
     term equals ``|h(p~_{n-1}) - h(p_{n-1})|`` (``h`` the PoS map of Theorem 2).
 
-    Attributes (all ``(n, N)``, step ``n = 1..``)
+    All attributes have shape ``(n, N)``, for steps ``n = 1, 2, ...``.
+
+    Attributes
     ----------
     projection : ``TV(pi~_n, pi*_n)``, the error made by this step alone
     propagation : ``TV(pi*_n, pi_n) = |h(p~_{n-1}) - h(p_{n-1})|``

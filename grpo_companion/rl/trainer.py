@@ -295,7 +295,7 @@ class TrainResult:
     """What :func:`train` returns (notebook-friendly, no pandas).
 
     ``metrics[name]`` is a float64 array ``(iterations + 1, n_prompts)`` for
-    each name in :data:`METRICS` (row 0: the reference policy); ``p_ref``
+    each name in ``METRICS`` (row 0: the reference policy); ``p_ref``
     is the reference PoS per tracked prompt (exact for the bandit, estimated
     like ``success_prob`` for the sequence task); ``prompt_ids`` are the task's
     indices of the tracked prompts; ``iteration_rows`` are the rows of

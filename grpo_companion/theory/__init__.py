@@ -1,12 +1,14 @@
 """Numerical theory of GRPO with verifiable rewards (Mroueh, arXiv 2503.06639v4).
 
-- :mod:`.calibration`: weights ``w+``, ``w-`` and ``Omega`` of each variant
+Modules (all under ``grpo_companion.theory``):
+
+- ``calibration``: weights ``w+``, ``w-`` and ``Omega`` of each variant
   (eqs. 3, 4, 13), the :class:`Calibration` object shared with the trainer.
-- :mod:`.finite_group`: exact expected weights for a group of ``G`` samples.
-- :mod:`.policies`: closed-form optimal policies (Theorems 1, 4, 8; Lemmas 2, 3).
-- :mod:`.dynamics`: PoS recurrences of Table 1 in logit space, derivatives, Lemma 1.
-- :mod:`.roots`: all interior fixed points, vectorised over parameter grids.
-- :mod:`.regimes`: period-2 orbits and long-run regime classification.
+- ``finite_group``: exact expected weights for a group of ``G`` samples.
+- ``policies``: closed-form optimal policies (Theorems 1, 4, 8; Lemmas 2, 3).
+- ``dynamics``: PoS recurrences of Table 1 in logit space, derivatives, Lemma 1.
+- ``roots``: all interior fixed points, vectorised over parameter grids.
+- ``regimes``: period-2 orbits and long-run regime classification.
 """
 
 from .calibration import Calibration, omega, omega_of_logit, weights

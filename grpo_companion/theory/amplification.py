@@ -9,7 +9,7 @@ which is positive whenever ``d > 0``. :func:`success_gain` evaluates it without
 cancellation for any logits. :func:`upper_fixed_point_logit` gives the
 first-order position of the fixed point near 1 when ``Omega`` is bounded
 (``eps > 0``), and :func:`scan_fixed_points` counts fixed points by sign
-changes on a grid, independently of the root finder in :mod:`.roots`.
+changes on a grid, independently of the root finder in :mod:`~grpo_companion.theory.roots`.
 """
 
 from __future__ import annotations

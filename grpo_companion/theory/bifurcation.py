@@ -11,7 +11,7 @@ The regime labels refine :class:`~grpo_companion.theory.Regime`: with
 actually converges to a fixed point extremely close to 1 (the paper's
 Figure 5 prints it as ``p* = 1.0000``). :func:`regime_map` separates such
 *saturated* fixed points (``1 - p* < saturation_tol``) from interior ones, and
-splits the cells that :func:`classify_dynamics` calls irregular into higher
+splits the cells that :func:`~grpo_companion.theory.classify_dynamics` calls irregular into higher
 periods, chaotic orbits (Lyapunov exponent ``> 0``) and orbits not yet settled.
 """
 
@@ -119,9 +119,9 @@ class RegimeMap:
     n_fixed_points : ndarray of int
         Number of fixed points of the map in (0, 1) (1 or 3 for the reference map).
     lyapunov : ndarray
-        Lyapunov exponent from :func:`classify_dynamics`.
+        Lyapunov exponent from :func:`~grpo_companion.theory.classify_dynamics`.
     limits : ndarray, shape (..., 2)
-        Limits from :func:`classify_dynamics`.
+        Limits from :func:`~grpo_companion.theory.classify_dynamics`.
     """
 
     label: np.ndarray
@@ -150,7 +150,8 @@ def regime_map(
     """Label the long-run behaviour of every ``(p_ref, beta)`` cell, started at ``p0``.
 
     ``p0`` defaults to ``p_ref`` (the paper's ``pi_0 = pi_ref``). One call of
-    :func:`classify_dynamics` and one of :func:`fixed_points` for the whole grid.
+    :func:`~grpo_companion.theory.classify_dynamics` and one of
+    :func:`~grpo_companion.theory.fixed_points` for the whole grid.
     """
     cal = resolve_calibration(calibration, **calibration_kwargs)
     start = p_ref if p0 is None else p0

@@ -123,7 +123,7 @@ def pos_map_logit(
     alpha : array_like
         Reference share of the two-KL penalty, in [0, 1].
     calibration : Calibration, optional
-        Or pass the :func:`~grpo_companion.theory.calibration.weights` keywords.
+        Or pass the :func:`~grpo_companion.theory.weights` keywords.
     """
     lp, lr, b, a, cal = _prepare(logit_p, logit_p_ref, beta, alpha, calibration,
                                  calibration_kwargs)

@@ -6,8 +6,8 @@ On a finite outcome space the no-clip GRPO step (eq. 17) is
 
 with ``A = +w+(p_nu)`` on successes and ``-w-(p_nu)`` on failures, where
 ``p_nu`` is the probability of success of the sampling policy (``pi_prev``
-unless given). :mod:`.policies` gives the maximiser in closed form (Theorems 1,
-4, 8 and Lemma 2); this module finds it without using that form, by running
+unless given). :mod:`~grpo_companion.theory.policies` gives the maximiser in
+closed form (Theorems 1, 4, 8 and Lemma 2); this module finds it without using that form, by running
 BFGS on unconstrained softmax logits with the analytic gradient, starting from
 the uniform policy, then polishing with Newton steps on the exact Hessian.
 ``alpha = 1`` with ``pi_ref`` set to any anchor is the general-anchor problem

@@ -38,7 +38,9 @@ class Regime(IntEnum):
 
 @dataclass(frozen=True)
 class DynamicsResult:
-    """Output of :func:`classify_dynamics`; every array has the broadcast parameter shape.
+    """Output of :func:`~grpo_companion.theory.classify_dynamics`.
+
+    Every array has the broadcast parameter shape.
 
     Attributes
     ----------
