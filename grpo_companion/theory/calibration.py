@@ -137,11 +137,16 @@ class Calibration:
 
     def _variance(self, logit_p: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """``p (1 - p)`` from the logit, and its log when ``eps = 0`` needs it."""
-        e = np.exp(-np.abs(logit_p))
+        e = np.array(np.abs(logit_p), dtype=np.float64, ndmin=0)  # an array even for 0-d input
+        np.negative(e, out=e)
+        np.exp(e, out=e)  # e = exp(-|L|), in place: this runs once per step on big grids
         log_v = None
         if self.eps == 0:
             log_v = -np.abs(logit_p) - 2.0 * np.log1p(e)
-        return e / ((1.0 + e) * (1.0 + e)), log_v
+        denom = np.add(e, 1.0, out=np.empty_like(e))
+        np.multiply(denom, denom, out=denom)
+        np.divide(e, denom, out=denom)
+        return denom, log_v
 
     def _omega(self, logit_p: np.ndarray) -> np.ndarray:
         if self.group_size is not None:
