@@ -180,6 +180,7 @@ def ledger(records: Iterable[ClaimRecord]) -> list[dict[str, str]]:
             "primary": statuses[0],
             "status": "; ".join(statuses),
             "where": "; ".join(sorted({r.where for r in recs})),
-            "evidence": " ".join(r.evidence for r in recs),
+            "evidence": " ".join(r.evidence for r in recs) if len(recs) == 1 else
+                        " ".join(f"[{r.where}] {r.evidence}" for r in recs),
         })
     return rows

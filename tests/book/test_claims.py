@@ -75,3 +75,11 @@ def test_summary_page_reruns_when_an_earlier_chapter_changes(tmp_path) -> None:
     assert [r.cached for r in stage_documents(opts, log=quiet)] == [True, True]
     (root / "ch" / "one.md").write_text(_chapter("```{code-cell} ipython3\nx = 3\n```\n"))
     assert [r.cached for r in stage_documents(opts, log=quiet)] == [False, False]
+
+
+def test_evidence_of_several_records_names_each_source() -> None:
+    recs = [claims.ClaimRecord("thm3", claims.VERIFIED, "ch04", "margin 0.1"),
+            claims.ClaimRecord("thm3", claims.EXTENDED, "ch06", "finite G")]
+    row = {r["claim"]: r for r in claims.ledger(recs)}["thm3"]
+    assert row["evidence"] == "[ch04] margin 0.1 [ch06] finite G"
+    assert row["status"] == "verified; extended"
