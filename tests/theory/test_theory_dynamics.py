@@ -199,3 +199,17 @@ def test_extreme_probabilities_stay_finite():
 def test_bad_inputs_raise(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_probability_path_is_the_sigmoid_of_the_logit_path():
+    # the path of iterate() is converted row by row with 1 / (1 + exp(-L)); compare with
+    # scipy's expit of iterate_logit(), including logits as extreme as p = 1e-300
+    from scipy import special
+
+    p_ref = np.array([1e-300, 1e-12, 0.2, 0.5, 0.9])[:, None]
+    beta = np.array([0.5, 2.0, 50.0])[None, :]
+    probs = theory.iterate(p_ref, p_ref, beta, 12, eps=1e-5)
+    logits = theory.iterate_logit(theory.logit(p_ref), theory.logit(p_ref), beta, 12, eps=1e-5)
+    expected = special.expit(logits)
+    np.testing.assert_allclose(probs, expected, rtol=4e-16, atol=0)
+    assert probs[0, 0, 0] == pytest.approx(1e-300, rel=1e-14)
