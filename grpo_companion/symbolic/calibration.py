@@ -74,6 +74,18 @@ def bernoulli_moments() -> tuple[sp.Expr, sp.Expr]:
     return mean, display
 
 
+def _scale(variance: sp.Expr, normalization: str, eps_placement: str) -> sp.Expr:
+    """What the centred reward is divided by: 1 (mean only), ``sqrt(var + eps)``
+    (paper, eq. 4), ``sqrt(var) + eps`` (practice) or ``sqrt(var)`` (eq. 3)."""
+    if normalization == "mean_only":
+        return sp.Integer(1)
+    if eps_placement == "sqrt":
+        return sp.sqrt(variance + eps)
+    if eps_placement == "std":
+        return sp.sqrt(variance) + eps
+    return sp.sqrt(variance)
+
+
 def _check(normalization: str, eps_placement: str) -> None:
     if normalization not in NORMALIZATIONS:
         raise ValueError(
@@ -106,13 +118,7 @@ def calibration_weights(
     mean, variance = bernoulli_moments()
     if normalization == "mean_only":
         eps_placement = "none"
-        scale = sp.Integer(1)
-    elif eps_placement == "sqrt":
-        scale = sp.sqrt(variance + eps)
-    elif eps_placement == "std":
-        scale = sp.sqrt(variance) + eps
-    else:
-        scale = sp.sqrt(variance)
+    scale = _scale(variance, normalization, eps_placement)
     advantage = (reward - mean) / scale
     w_plus = advantage.subs(reward, 1)
     w_minus = -advantage.subs(reward, 0)
@@ -221,14 +227,7 @@ def group_weights(
             continue
         mean = sp.Rational(k, g)
         variance = sum((r - mean) ** 2 for r in rewards) / sp.Integer(g - ddof)
-        if normalization == "mean_only":
-            scale = sp.Integer(1)
-        elif eps_placement == "sqrt":
-            scale = sp.sqrt(variance + eps)
-        elif eps_placement == "std":
-            scale = sp.sqrt(variance) + eps
-        else:
-            scale = sp.sqrt(variance)
+        scale = _scale(variance, normalization, eps_placement)
         prob = p**k * (1 - p) ** (g - k)
         advantage = (rewards[0] - mean) / scale
         if rewards[0]:
