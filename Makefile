@@ -9,9 +9,8 @@ PY := $(VENV)/bin/python
 PIN_HASH := $(shell cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.installed-$(PIN_HASH)
 export PYTHONHASHSEED := 0
-export MPLBACKEND := Agg
 
-.PHONY: book book-quick test lint unit browser-deps bench lock clean venv
+.PHONY: book book-quick test lint unit browser-deps bench screenshots lock clean venv
 
 venv: $(STAMP)
 
@@ -47,6 +46,10 @@ test: $(STAMP) browser-deps
 	$(PY) -m pytest -q -m "not book"
 	$(PY) -m grpo_companion book --quick --out _build/quick
 	GRPO_BOOK_HTML=_build/quick/html $(PY) -m pytest -q -m book
+
+## Headless-Chromium screenshots of every page (1400 px and 400 px wide) of the last built book
+screenshots: $(STAMP) browser-deps
+	$(PY) benchmarks/screenshots.py
 
 bench: $(STAMP)
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
