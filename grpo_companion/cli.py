@@ -8,15 +8,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 import yaml
-
-
-def _parameter(pairs: list[list[str]] | None) -> dict[str, object]:
-    """``-p NAME VALUE`` pairs, values parsed as YAML like papermill's ``-p``."""
-    return {name: yaml.safe_load(value) for name, value in (pairs or [])}
 
 
 def _add_parameter_option(parser: argparse.ArgumentParser) -> None:
@@ -69,29 +65,79 @@ def main(argv: list[str] | None = None) -> int:
     from grpo_companion.book.pipeline import (
         BookBuildError,
         BuildOptions,
+        UsageError,
         build,
-        execute_notebook,
-        read_notebook,
     )
 
     if args.cell_timeout <= 0:
         print(f"error: --cell-timeout must be > 0, got {args.cell_timeout}", file=sys.stderr)
         return 2
-    params = _parameter(args.parameter)
     try:
+        params = _parameter(args.parameter)
         if args.command == "book":
             opts = BuildOptions(out=args.out.resolve(), quick=args.quick, parameters=params,
                                 cell_timeout=args.cell_timeout, select=tuple(args.select))
             build(opts)
         else:
-            nb = read_notebook(args.source)
-            execute_notebook(nb, args.output.resolve(), {"quick": False, **params},
-                             cwd=args.source.resolve().parent, cell_timeout=args.cell_timeout)
+            run_chapter(args.source, args.output, params, args.cell_timeout)
             print(f"executed {args.source} -> {args.output}")
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except BookBuildError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
     return 0
+
+
+def run_chapter(source: Path, output: Path, params: dict[str, object], cell_timeout: int) -> None:
+    """Execute one chapter source into ``output`` as the book build does.
+
+    Refuses (with :class:`~grpo_companion.book.pipeline.UsageError`) an output
+    that is the source itself, is not ``.ipynb``, or is an existing file that
+    is not a notebook, and parameters the chapter does not declare or whose type
+    differs from the default's.
+    """
+    from grpo_companion.book.pipeline import (
+        UsageError,
+        execute_notebook,
+        notebook_parameters_for,
+        read_notebook,
+    )
+
+    nb = read_notebook(source)
+    if output.resolve() == source.resolve():
+        raise UsageError(f"the output {output} is the chapter source itself; "
+                         "give another path ending in .ipynb")
+    if output.suffix != ".ipynb":
+        raise UsageError(f"the output {output} must be an .ipynb file")
+    if output.is_dir():
+        raise UsageError(f"the output {output} is a folder")
+    if output.exists():
+        try:
+            json.loads(output.read_text())["cells"]
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            raise UsageError(f"{output} exists and is not a notebook; "
+                             "refusing to overwrite it") from None
+    params = notebook_parameters_for(nb, {"quick": False, **params}, str(source))
+    execute_notebook(nb, output.resolve(), params, cwd=source.resolve().parent,
+                     cell_timeout=cell_timeout, source=source)
+
+
+def _parameter(pairs: list[list[str]] | None) -> dict[str, object]:
+    """``-p NAME VALUE`` pairs, values parsed as YAML like papermill's ``-p``."""
+    from grpo_companion.book.pipeline import UsageError
+
+    out: dict[str, object] = {}
+    for name, value in pairs or []:
+        try:
+            out[name] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise UsageError(f"-p {name}: the value {value!r} is not valid YAML") from None
+    return out
 
 
 if __name__ == "__main__":

@@ -5,8 +5,11 @@ The sources stay untouched. Every page listed in ``_toc.yml`` is staged into
 jupytext front matter) are converted to ``.ipynb`` and executed by papermill in
 the staged copy of their folder. An executed notebook is cached under
 ``<out>/cache`` with a key made of the notebook text, the parameters, the
-library's source and the kernel name, so that an unchanged chapter is not run
-again while any edit to ``grpo_companion`` re-executes every chapter. Sphinx
+library's source and the kernel's environment and packages, so that an
+unchanged chapter is not run again while any edit to ``grpo_companion``
+re-executes every chapter. Every kernel runs in an environment the pipeline
+owns (:mod:`grpo_companion.book.kernel`), whatever the caller's shell sets, and every figure a cell
+draws must come out as a numbered, captioned image (:func:`check_figures`). Sphinx
 then renders the staged tree with execution off and ``-n -W --keep-going``, so
 that a broken reference, a missing citation or a bad option fails the build.
 
@@ -16,8 +19,11 @@ incremental build (keyed on file modification times) stays warm.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
+import keyword
+import logging
 import os
 import shutil
 import subprocess
@@ -31,6 +37,8 @@ import jupytext
 import nbformat
 import yaml
 
+from grpo_companion.book.kernel import kernel_digest, kernel_session
+
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = PACKAGE_DIR.parent
 KERNEL_NAME = "python3"
@@ -42,6 +50,12 @@ MATHJAX_DIRNAME = "mathjax"
 
 class BookBuildError(RuntimeError):
     """A chapter failed to execute or Sphinx reported errors."""
+
+
+class UsageError(BookBuildError):
+    """The caller asked for something that cannot be done: a missing or invalid
+    chapter source, an unknown parameter or one of the wrong type, a selection
+    that matches nothing. The command line reports it with exit status 2."""
 
 
 @dataclass(frozen=True)
@@ -143,21 +157,51 @@ def source_path(root: Path, doc: str) -> Path:
     raise BookBuildError(f"_toc.yml names {doc!r} but neither {doc}.md nor {doc}.ipynb exists")
 
 
+def _front_matter(path: Path) -> dict:
+    text = path.read_text()
+    if not text.startswith("---"):
+        return {}
+    parts = text.split("---", 2)
+    if len(parts) < 3:
+        raise UsageError(f"{path}: the front matter opened by '---' is never closed")
+    try:
+        meta = yaml.safe_load(parts[1]) or {}
+    except yaml.YAMLError as err:
+        first = str(err).splitlines()[0]
+        raise UsageError(f"{path}: the front matter is not valid YAML ({first})") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{path}: the front matter must be a YAML mapping")
+    return meta
+
+
 def is_notebook_source(path: Path) -> bool:
     """True for a MyST-markdown notebook (jupytext front matter with a kernelspec)."""
     if path.suffix == ".ipynb":
         return True
-    text = path.read_text()
-    if not text.startswith("---"):
-        return False
-    front = text.split("---", 2)[1]
-    meta = yaml.safe_load(front) or {}
+    meta = _front_matter(path)
     return "kernelspec" in meta or "jupytext" in meta
 
 
 def read_notebook(path: Path) -> nbformat.NotebookNode:
-    """Read a notebook source and check it has exactly one ``parameters`` cell."""
-    nb = jupytext.read(path)
+    """Read a notebook source and check it has exactly one ``parameters`` cell.
+
+    Raises :class:`UsageError` for a missing file, a folder, a file that is not
+    a MyST-markdown notebook (or ``.ipynb``), or a broken front matter.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{path} is a folder, not a chapter source (.md or .ipynb)")
+    if not path.exists():
+        raise UsageError(f"{path}: no such file")
+    if path.suffix not in (".md", ".ipynb"):
+        raise UsageError(f"{path}: a chapter source is a MyST-markdown (.md) or .ipynb file")
+    if not is_notebook_source(path):
+        raise UsageError(f"{path}: not a notebook (its front matter has no kernelspec or "
+                         "jupytext section)")
+    try:
+        nb = jupytext.read(path)
+    except Exception as err:  # jupytext's errors for malformed sources vary
+        raise UsageError(f"{path}: cannot be read as a notebook ({err})") from None
     tagged = [i for i, c in enumerate(nb.cells) if PARAMETERS_TAG in c.metadata.get("tags", [])]
     if len(tagged) != 1:
         raise BookBuildError(
@@ -167,6 +211,69 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
         "name": KERNEL_NAME, "display_name": "Python 3", "language": "python"
     }
     return nb
+
+
+def declared_parameters(nb: nbformat.NotebookNode) -> dict[str, object]:
+    """The names assigned in a notebook's ``parameters`` cell, with their defaults.
+
+    Only plain assignments of literals (``quick = False``, ``lr = 2e-4``) count.
+    """
+    cell = next(c for c in nb.cells if PARAMETERS_TAG in c.metadata.get("tags", []))
+    declared: dict[str, object] = {}
+    for node in ast.parse(cell.source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name):
+            try:
+                declared[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                declared[node.targets[0].id] = None  # not a literal: any value
+    return declared
+
+
+def _type_name(value: object) -> str:
+    return "a bool (true/false)" if isinstance(value, bool) else f"a {type(value).__name__}"
+
+
+def check_parameter(name: str, value: object, default: object, where: str) -> object:
+    """``value`` for parameter ``name`` if it has the type of ``default``.
+
+    A float parameter accepts an integer (converted); a parameter whose default
+    is ``None`` or not a literal accepts anything. Raises :class:`UsageError`.
+    """
+    if default is None:
+        return value
+    if isinstance(default, bool) or isinstance(value, bool):
+        ok = isinstance(default, bool) and isinstance(value, bool)
+    elif isinstance(default, float) and isinstance(value, int):
+        return float(value)
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise UsageError(f"parameter {name} of {where} must be {_type_name(default)} like its "
+                         f"default {default!r}, got {value!r}")
+    return value
+
+
+def notebook_parameters_for(nb: nbformat.NotebookNode, parameters: Mapping[str, object],
+                            where: str, strict: bool = True) -> dict[str, object]:
+    """The subset of ``parameters`` that the notebook declares, type-checked.
+
+    With ``strict`` every name must be declared by this notebook; otherwise the
+    names it does not declare are left out (a book-wide ``-p`` reaches only the
+    chapters that have that parameter).
+    """
+    declared = declared_parameters(nb)
+    out = {}
+    for name, value in parameters.items():
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+            raise UsageError(f"parameter name {name!r} is not a Python identifier")
+        if name not in declared:
+            if strict:
+                raise UsageError(f"{where} has no parameter {name!r}; its parameters cell "
+                                 f"declares {', '.join(sorted(declared)) or 'nothing'}")
+            continue
+        out[name] = check_parameter(name, value, declared[name], where)
+    return out
 
 
 # ------------------------------------------------------------------------- cache
@@ -185,8 +292,11 @@ def library_digest(package_dir: Path = PACKAGE_DIR) -> str:
     return h.hexdigest()
 
 
-def cache_key(notebook_text: str, parameters: Mapping[str, object], library: str) -> str:
-    """Key of an executed notebook: its source, its parameters, the library, the kernel."""
+def cache_key(notebook_text: str, parameters: Mapping[str, object], library: str,
+              kernel: str = "") -> str:
+    """Key of an executed notebook: its source, its parameters, the library, and
+    the kernel (name, Python version and :func:`grpo_companion.book.kernel.kernel_digest`: the
+    kernel's settings and the installed packages)."""
     h = hashlib.sha256()
     for part in (
         notebook_text,
@@ -194,6 +304,7 @@ def cache_key(notebook_text: str, parameters: Mapping[str, object], library: str
         library,
         KERNEL_NAME,
         f"{sys.version_info.major}.{sys.version_info.minor}",
+        kernel,
     ):
         h.update(part.encode())
         h.update(b"\0")
@@ -246,46 +357,180 @@ def stage_mathjax(stage: Path) -> None:
 # --------------------------------------------------------------------- execution
 
 
+#: Notebook metadata key holding the figures each cell drew (by execution count).
+DRAWN_KEY = "grpo_companion_figures_drawn"
+IMAGE_TYPES = ("image/png", "image/svg+xml", "image/jpeg")
+HIDDEN_OUTPUT_TAGS = ("remove-output", "remove-cell", "hide-output")
+
+
+def code_cell_lines(source: Path) -> list[int]:
+    """Line number (1-based) of each ``{code-cell}`` fence of a MyST notebook source."""
+    if source.suffix != ".md":
+        return []
+    return [i for i, line in enumerate(source.read_text().splitlines(), 1)
+            if line.lstrip().startswith("```{code-cell}")]
+
+
+def describe_cell(nb: nbformat.NotebookNode, index: int, source: Path | None) -> str:
+    """Name cell ``index`` of an executed notebook as its source counts it: the
+    n-th code cell (papermill's injected cell does not count) and its line."""
+    ordinal = 0
+    for cell in nb.cells[: index + 1]:
+        if cell.cell_type == "code" and INJECTED_TAG not in cell.metadata.get("tags", []):
+            ordinal += 1
+    if INJECTED_TAG in nb.cells[index].metadata.get("tags", []):
+        return "the injected parameters cell"
+    where = f"code cell {ordinal}"
+    lines = code_cell_lines(source) if source is not None else []
+    if source is not None and 0 < ordinal <= len(lines):
+        where += f" (line {lines[ordinal - 1]} of {source})"
+    return where
+
+
+def image_outputs(cell: nbformat.NotebookNode) -> int:
+    """Number of outputs of a cell that carry an image."""
+    return sum(1 for out in cell.get("outputs", [])
+               if any(t in out.get("data", {}) for t in IMAGE_TYPES))
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure a reader sees: the cell that draws it and its caption metadata."""
+
+    cell: int
+    name: str
+    caption: str
+    alt: str
+
+
+def visible_figures(nb: nbformat.NotebookNode) -> list[Figure]:
+    """The figures of an executed notebook that its page shows, in order."""
+    out = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or not image_outputs(cell):
+            continue
+        if any(t in cell.metadata.get("tags", []) for t in HIDDEN_OUTPUT_TAGS):
+            continue
+        mystnb = cell.metadata.get("mystnb", {})
+        figure, image = mystnb.get("figure", {}), mystnb.get("image", {})
+        for _ in range(image_outputs(cell)):
+            out.append(Figure(i, str(figure.get("name", "")), str(figure.get("caption", "")),
+                              str(image.get("alt", ""))))
+    return out
+
+
+def check_figures(nb: nbformat.NotebookNode, created: Mapping[int, int], name: str,
+                  source: Path | None = None) -> list[Figure]:
+    """Check that every figure drawn is shown, numbered, captioned and described.
+
+    ``created`` maps execution counts to the number of matplotlib figures each
+    cell created (logged by :mod:`grpo_companion.book.kernel_hooks`). A cell fails the check when
+    it created more figures than it has image outputs (it drew but showed
+    nothing), or when it shows an image without a ``mystnb.figure`` name and
+    caption and a ``mystnb.image`` alt text, or shows more than one output
+    (MyST-NB wraps every displayed output of such a cell in the same numbered
+    figure; values glued with ``display=False`` are not displayed).
+
+    Returns the visible figures; raises :class:`BookBuildError` naming the
+    notebook and the cell otherwise.
+    """
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        where = describe_cell(nb, i, source)
+        images = image_outputs(cell)
+        drawn = created.get(cell.get("execution_count") or -1, 0)
+        if drawn > images:
+            problems.append(f"{where} drew {drawn} figure(s) but shows {images} image(s); "
+                            "is the kernel's matplotlib backend inline?")
+        if not images or any(t in cell.metadata.get("tags", []) for t in HIDDEN_OUTPUT_TAGS):
+            continue
+        mystnb = cell.metadata.get("mystnb", {})
+        figure, image = mystnb.get("figure", {}), mystnb.get("image", {})
+        missing = [key for key, value in (("mystnb.figure.name", figure.get("name")),
+                                          ("mystnb.figure.caption", figure.get("caption")),
+                                          ("mystnb.image.alt", image.get("alt")))
+                   if not value]
+        if missing:
+            problems.append(f"{where} shows a figure without {', '.join(missing)}")
+        displays = [o for o in cell.get("outputs", [])
+                    if o.get("output_type") in ("display_data", "execute_result")
+                    and not o.get("metadata", {}).get("scrapbook", {}).get("mime_prefix")]
+        if len(displays) != 1:
+            problems.append(f"{where} is a figure cell with {len(displays)} displayed outputs; "
+                            "it must show exactly one image")
+    if problems:
+        raise BookBuildError(f"{name}: " + "; ".join(problems))
+    return visible_figures(nb)
+
+
 def execute_notebook(
     nb: nbformat.NotebookNode,
     output_path: Path,
     parameters: Mapping[str, object],
     cwd: Path,
     cell_timeout: int,
+    source: Path | None = None,
 ) -> nbformat.NotebookNode:
     """Execute ``nb`` with papermill into ``output_path`` (kept on failure).
+
+    The kernel runs in the pipeline's own environment
+    (:func:`grpo_companion.book.kernel.kernel_session`), and the executed
+    notebook is checked with :func:`check_figures`.
 
     Raises
     ------
     BookBuildError
-        naming the notebook and the failing cell when a cell raises.
+        naming the notebook and the failing cell (as the source ``source``
+        counts it) when a cell raises, times out or kills the kernel, or when a
+        figure is drawn but not shown.
     """
     import papermill
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
     output_path.parent.mkdir(parents=True, exist_ok=True)
     input_path = output_path.with_name(f".{output_path.stem}.input.ipynb")
     nbformat.write(nb, input_path)
+    name = str(source) if source is not None else output_path.name
+    kept = f"\n  the executed notebook is kept at {output_path}"
+    quiet = logging.getLogger("papermill")  # its messages repeat what our errors say
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
     try:
-        papermill.execute_notebook(
-            str(input_path),
-            str(output_path),
-            parameters=dict(parameters),
-            kernel_name=KERNEL_NAME,
-            cwd=str(cwd),
-            execution_timeout=cell_timeout,
-            progress_bar=False,
-            log_output=False,
-        )
-    except PapermillExecutionError as err:
-        raise BookBuildError(
-            f"{output_path.name}: cell {err.cell_index} (execution count {err.exec_count}) "
-            f"raised {err.ename}: {err.evalue}\n"
-            f"  the executed notebook with its traceback is kept at {output_path}"
-        ) from err
+        with kernel_session() as session:
+            try:
+                papermill.execute_notebook(
+                    str(input_path),
+                    str(output_path),
+                    parameters=dict(parameters),
+                    kernel_name=KERNEL_NAME,
+                    cwd=str(cwd),
+                    execution_timeout=cell_timeout,
+                    progress_bar=False,
+                    log_output=False,
+                    kernel_manager_class=session.manager_class,
+                )
+            except PapermillExecutionError as err:
+                executed = nbformat.read(output_path, as_version=4)
+                raise BookBuildError(
+                    f"{name}: {describe_cell(executed, err.cell_index, source)} raised "
+                    f"{err.ename}: {err.evalue}{kept} with its traceback"
+                ) from None
+            except (CellTimeoutError, DeadKernelError) as err:
+                what = (f"ran longer than the cell timeout of {cell_timeout} s"
+                        if isinstance(err, CellTimeoutError) else "killed the kernel")
+                raise BookBuildError(
+                    f"{name}: {_running_cell(output_path, source)} {what}{kept}"
+                ) from None
+            created = session.figures_created()
     finally:
+        quiet.setLevel(level)
         input_path.unlink(missing_ok=True)
     executed = nbformat.read(output_path, as_version=4)
+    check_figures(executed, created, name, source)
+    executed.metadata[DRAWN_KEY] = {str(k): v for k, v in sorted(created.items())}
     for cell in executed.cells:
         tags = cell.metadata.get("tags", [])
         if INJECTED_TAG in tags and "remove-cell" not in tags:
@@ -293,11 +538,57 @@ def execute_notebook(
     return executed
 
 
+def _running_cell(output_path: Path, source: Path | None) -> str:
+    """The cell that was executing when papermill stopped: the last one it started."""
+    try:
+        nb = nbformat.read(output_path, as_version=4)
+    except Exception:  # papermill had not written it yet
+        return "a cell"
+    started = [i for i, cell in enumerate(nb.cells)
+               if cell.metadata.get("papermill", {}).get("start_time")]
+    return describe_cell(nb, started[-1], source) if started else "a cell"
+
+
 @dataclass
 class ChapterResult:
     doc: str
     cached: bool
     seconds: float
+    figures: int = 0
+
+
+def _figures(n: int) -> str:
+    return f"{n} figure{'s' if n != 1 else ''}"
+
+
+def _valid_cached(path: Path, source: Path) -> bool:
+    """A cached notebook is reused only if it passes :func:`check_figures` again
+    (a notebook cached by an older pipeline, without the figure log, does not)."""
+    try:
+        nb = nbformat.read(path, as_version=4)
+        drawn = nb.metadata.get(DRAWN_KEY)
+        if drawn is None:
+            return False
+        check_figures(nb, {int(k): v for k, v in drawn.items()}, path.name, source)
+    except Exception:
+        return False
+    return True
+
+
+def check_selection(root: Path, toc: Mapping, select: Iterable[str]) -> None:
+    """Raise :class:`UsageError`, listing the chapters, if a ``--select`` text
+    matches no notebook of the table of contents."""
+    notebooks = []
+    for doc in documents_of(toc):
+        try:
+            if is_notebook_source(source_path(root, doc)):
+                notebooks.append(doc)
+        except BookBuildError:
+            continue
+    missing = [text for text in select if not any(text in doc for doc in notebooks)]
+    if missing:
+        raise UsageError(f"--select {', '.join(map(repr, missing))} matches no chapter; the "
+                         f"chapters are: {', '.join(Path(d).name for d in notebooks)}")
 
 
 def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
@@ -309,6 +600,8 @@ def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
         copy_if_changed(root / name, stage / name)
     toc = yaml.safe_load((root / "_toc.yml").read_text())
     if opts.select:
+        check_selection(root, toc, opts.select)
+
         def keep(doc: str) -> bool:
             if any(s in doc for s in opts.select):
                 return True
@@ -325,16 +618,28 @@ def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
             if path.is_file():
                 copy_if_changed(path, stage / path.relative_to(root))
 
-    library = library_digest()
-    parameters = opts.notebook_parameters()
-    results: list[ChapterResult] = []
-    earlier = hashlib.sha256()  # executed notebooks so far, for pages that summarise them
+    # read every notebook and check the parameters before executing anything
+    pages: list[tuple[str, Path, nbformat.NotebookNode | None, dict[str, object]]] = []
     for doc in documents_of(toc):
         src = source_path(root, doc)
         if not is_notebook_source(src):
-            copy_if_changed(src, stage / src.relative_to(root))
+            pages.append((doc, src, None, {}))
             continue
         nb = read_notebook(src)
+        pages.append((doc, src, nb, notebook_parameters_for(
+            nb, opts.notebook_parameters(), str(src.relative_to(root)), strict=False)))
+    unknown = set(opts.parameters) - {name for *_, params in pages for name in params}
+    if unknown:
+        raise UsageError(f"no chapter of the book has a parameter named "
+                         f"{', '.join(sorted(map(repr, unknown)))}")
+
+    library, kernel = library_digest(), kernel_digest()
+    results: list[ChapterResult] = []
+    earlier = hashlib.sha256()  # executed notebooks so far, for pages that summarise them
+    for doc, src, nb, parameters in pages:
+        if nb is None:
+            copy_if_changed(src, stage / src.relative_to(root))
+            continue
         text = src.read_text()
         deps = nb.metadata.get("grpo_companion", {})
         if deps.get("depends_on_previous"):
@@ -342,21 +647,25 @@ def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
         for name in deps.get("depends_on_files", []):  # data files a page renders
             dep = root / name
             text += hashlib.sha256(dep.read_bytes() if dep.exists() else b"").hexdigest()
-        key = cache_key(text, parameters, library)
+        key = cache_key(text, parameters, library, kernel)
         cached = opts.cache / f"{Path(doc).name}-{key}.ipynb"
         target = stage / f"{doc}.ipynb"
         t0 = time.perf_counter()
+        if cached.exists() and not _valid_cached(cached, src):
+            log(f"  {doc}: cached notebook fails the figure check; executing it again")
+            cached.unlink()
         if cached.exists():
             copy_if_changed(cached, target)
             earlier.update(cached.read_bytes())
-            results.append(ChapterResult(doc, True, 0.0))
-            log(f"  {doc}: cached")
+            figures = len(visible_figures(nbformat.read(cached, as_version=4)))
+            results.append(ChapterResult(doc, True, 0.0, figures))
+            log(f"  {doc}: cached ({_figures(figures)})")
             continue
         log(f"  {doc}: executing ({'quick' if opts.quick else 'full'} mode)")
         work = opts.out / "exec" / f"{doc}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)  # the notebook runs in there
-        executed = execute_notebook(nb, work, parameters,
-                                    cwd=target.parent, cell_timeout=opts.cell_timeout)
+        executed = execute_notebook(nb, work, parameters, cwd=target.parent,
+                                    cell_timeout=opts.cell_timeout, source=src)
         data = nbformat.writes(executed).encode()
         earlier.update(data)
         for old in opts.cache.glob(f"{Path(doc).name}-*.ipynb"):
@@ -364,8 +673,9 @@ def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
         write_if_changed(cached, data)
         write_if_changed(target, data)
         seconds = time.perf_counter() - t0
-        results.append(ChapterResult(doc, False, seconds))
-        log(f"  {doc}: executed in {seconds:.1f} s")
+        figures = len(visible_figures(executed))
+        results.append(ChapterResult(doc, False, seconds, figures))
+        log(f"  {doc}: executed in {seconds:.1f} s ({_figures(figures)})")
     return results
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from grpo_companion import cli
 
 from .test_pipeline import _chapter
@@ -31,3 +33,93 @@ def test_run_chapter_reports_a_failing_cell(tmp_path, capsys) -> None:
     assert cli.main(["run-chapter", str(src), str(tmp_path / "out.ipynb")]) == 1
     err = capsys.readouterr().err
     assert "RuntimeError: boom" in err and "cell" in err
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def test_run_chapter_refuses_to_overwrite_its_source(tmp_path, capsys) -> None:
+    src = tmp_path / "ch.md"
+    text = _chapter("```{code-cell} ipython3\nprint(1)\n```\n")
+    src.write_text(text)
+    assert cli.main(["run-chapter", str(src), str(src)]) == 2
+    assert "is the chapter source itself" in _one_line_error(capsys)
+    assert src.read_text() == text
+    assert cli.main(["run-chapter", str(src), str(tmp_path / "out.md")]) == 2
+    assert "must be an .ipynb file" in _one_line_error(capsys)
+    precious = tmp_path / "notes.ipynb"
+    precious.write_text("my notes, not a notebook")
+    assert cli.main(["run-chapter", str(src), str(precious)]) == 2
+    assert "refusing to overwrite" in _one_line_error(capsys)
+    assert precious.read_text() == "my notes, not a notebook"
+
+
+def test_run_chapter_refuses_missing_folder_and_broken_sources(tmp_path, capsys) -> None:
+    out = str(tmp_path / "out.ipynb")
+    assert cli.main(["run-chapter", str(tmp_path / "nope.md"), out]) == 2
+    assert "no such file" in _one_line_error(capsys)
+    assert cli.main(["run-chapter", str(tmp_path), out]) == 2
+    assert "is a folder" in _one_line_error(capsys)
+    bad = tmp_path / "bad.md"
+    bad.write_text("---\nkernelspec: [unclosed\n---\n# x\n")
+    assert cli.main(["run-chapter", str(bad), out]) == 2
+    assert "front matter is not valid YAML" in _one_line_error(capsys)
+    plain = tmp_path / "plain.md"
+    plain.write_text("# just markdown\n")
+    assert cli.main(["run-chapter", str(plain), out]) == 2
+    assert "not a notebook" in _one_line_error(capsys)
+    assert not (tmp_path / "out.ipynb").exists()
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("quick", "notabool", "must be a bool"),
+    ("beta", "high", "must be a float"),
+    ("gamma", "1", "has no parameter 'gamma'"),
+    ("x=1;import os", "1", "not a Python identifier"),
+    ("quick", "[unclosed", "not valid YAML"),
+])
+def test_run_chapter_checks_parameter_names_and_types(tmp_path, capsys, name, value,
+                                                      message) -> None:
+    src = tmp_path / "ch.md"
+    src.write_text(_chapter("```{code-cell} ipython3\nprint(quick, beta)\n```\n")
+                   .replace("quick = False", "quick = False\nbeta = 1.0"))
+    out = tmp_path / "out.ipynb"
+    assert cli.main(["run-chapter", str(src), str(out), "-p", name, value]) == 2
+    assert message in _one_line_error(capsys)
+    assert not out.exists()
+
+
+def test_an_integer_is_accepted_for_a_float_parameter(tmp_path) -> None:
+    src = tmp_path / "ch.md"
+    src.write_text(_chapter("```{code-cell} ipython3\nprint(type(beta).__name__)\n```\n")
+                   .replace("quick = False", "quick = False\nbeta = 1.0"))
+    out = tmp_path / "out.ipynb"
+    assert cli.main(["run-chapter", str(src), str(out), "-p", "beta", "2"]) == 0
+    assert "float" in out.read_text()
+
+
+def test_run_chapter_names_the_cell_that_times_out(tmp_path, capsys) -> None:
+    src = tmp_path / "ch.md"
+    src.write_text(_chapter("```{code-cell} ipython3\nx = 1\n```\n\n"
+                            "```{code-cell} ipython3\nimport time\ntime.sleep(60)\n```\n"))
+    assert cli.main(["run-chapter", str(src), str(tmp_path / "o.ipynb"),
+                     "--cell-timeout", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "CellTimeoutError" not in err, err
+    assert "code cell 3" in err and "cell timeout of 3 s" in err and str(src) in err
+
+
+def test_book_select_matching_nothing_lists_the_chapters(tmp_path, capsys) -> None:
+    assert cli.main(["book", "--select", "no-such-chapter", "--out", str(tmp_path)]) == 2
+    line = _one_line_error(capsys)
+    assert "'no-such-chapter' matches no chapter" in line and "01_calibration" in line
+
+
+def test_book_parameter_that_no_chapter_declares_is_refused(tmp_path, capsys) -> None:
+    assert cli.main(["book", "-p", "nonsense", "1", "--out", str(tmp_path)]) == 2
+    assert "no chapter of the book has a parameter named 'nonsense'" in _one_line_error(capsys)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import textwrap
 from pathlib import Path
@@ -141,3 +142,144 @@ def test_select_toc_keeps_chosen_chapters_and_drops_empty_parts() -> None:
     assert pipeline.documents_of(kept) == ["intro", "ch/02_y", "bibliography"]
     assert [p["caption"] for p in kept["parts"]] == ["A", "C"]
     assert pipeline.documents_of(toc) == ["intro", "ch/01_x", "ch/02_y", "ch/03_z", "bibliography"]
+
+
+# ----------------------------------------------------------------- figures
+
+FIGURE_CELL = """\
+```{code-cell} ipython3
+---
+tags: [remove-input]
+mystnb:
+  figure:
+    name: fig-test-line
+    caption: A straight line.
+  image:
+    alt: A rising straight line.
+---
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots()
+ax.plot([0, 1], [0, 1])
+plt.show()
+```
+"""
+
+
+def _images(nb: nbformat.NotebookNode) -> int:
+    return sum(pipeline.image_outputs(c) for c in nb.cells if c.cell_type == "code")
+
+
+def test_figures_appear_whatever_the_callers_matplotlib_settings(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """The regression of the 35 lost figures: MPLBACKEND=Agg (as the Makefile used to
+    export), a MATPLOTLIBRC and a matplotlibrc in the current directory that all say Agg,
+    and a user IPython startup file that switches to Agg, must not hide a figure."""
+    hostile = tmp_path / "hostile"
+    (hostile / "ipython" / "profile_default" / "startup").mkdir(parents=True)
+    (hostile / "ipython" / "profile_default" / "startup" / "00-agg.py").write_text(
+        "import matplotlib\nmatplotlib.use('Agg')\n")
+    (hostile / "matplotlibrc").write_text("backend: Agg\n")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("MATPLOTLIBRC", str(hostile / "matplotlibrc"))
+    monkeypatch.setenv("IPYTHONDIR", str(hostile / "ipython"))
+    monkeypatch.chdir(hostile)
+    root = _mini_book(tmp_path / "book", FIGURE_CELL)
+    opts = BuildOptions(root=root, out=tmp_path / "out", quick=True)
+    [result] = stage_documents(opts, log=lambda *_: None)
+    assert result.figures == 1
+    staged = nbformat.read(opts.stage / "ch" / "one.ipynb", as_version=4)
+    assert _images(staged) == 1
+    [figure] = pipeline.visible_figures(staged)
+    assert figure.name == "fig-test-line" and figure.alt and figure.caption
+    png = next(o for c in staged.cells for o in c.get("outputs", []) if "image/png" in o.data)
+    assert png.metadata["image/png"]["width"] > 0  # retina: shown at half its pixel size
+    assert os.environ["MPLBACKEND"] == "Agg"  # the caller's environment is restored
+
+
+def test_a_cell_that_draws_but_shows_nothing_fails_the_build(tmp_path: Path) -> None:
+    """The check itself: under a non-inline backend the figure is drawn and lost."""
+    body = FIGURE_CELL.replace("import matplotlib.pyplot as plt",
+                               "import matplotlib\nmatplotlib.use('Agg')\n"
+                               "import matplotlib.pyplot as plt")
+    root = _mini_book(tmp_path / "book", body)
+    opts = BuildOptions(root=root, out=tmp_path / "out", quick=True)
+    with pytest.raises(BookBuildError) as err:
+        stage_documents(opts, log=lambda *_: None)
+    message = str(err.value)
+    assert "one.md" in message and "code cell 2" in message
+    assert "drew 1 figure(s) but shows 0 image(s)" in message
+    fences = [i for i, text in enumerate((root / "ch" / "one.md").read_text().splitlines(), 1)
+              if text.startswith("```{code-cell}")]
+    assert f"line {fences[1]} of" in message
+    assert not list(opts.cache.glob("one-*.ipynb"))
+
+
+@pytest.mark.parametrize("drop", ["name", "caption", "alt"])
+def test_a_figure_without_label_caption_or_alt_text_fails_the_build(tmp_path: Path,
+                                                                   drop: str) -> None:
+    key = {"name": "    name: fig-test-line\n", "caption": "    caption: A straight line.\n",
+           "alt": "  image:\n    alt: A rising straight line.\n"}[drop]
+    root = _mini_book(tmp_path / "book", FIGURE_CELL.replace(key, ""))
+    opts = BuildOptions(root=root, out=tmp_path / "out", quick=True)
+    with pytest.raises(BookBuildError, match=rf"code cell 2 .*shows a figure without .*{drop}"):
+        stage_documents(opts, log=lambda *_: None)
+
+
+def test_check_figures_counts_displayed_outputs_of_a_figure_cell() -> None:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("plt.show()", execution_count=1)
+    cell.metadata = {"mystnb": {"figure": {"name": "f", "caption": "c"}, "image": {"alt": "a"}}}
+    image = nbformat.v4.new_output("display_data", data={"image/png": "iVBOR", "text/plain": ""})
+    text = nbformat.v4.new_output("display_data", data={"text/latex": "$x$"})
+    glued = nbformat.v4.new_output("display_data", data={"application/papermill.record/x": "1"},
+                                   metadata={"scrapbook": {"name": "x", "mime_prefix": "app"}})
+    cell.outputs = [image, glued]
+    nb.cells = [cell]
+    assert len(pipeline.check_figures(nb, {1: 1}, "nb")) == 1
+    cell.outputs = [image, text]
+    with pytest.raises(BookBuildError, match="2 displayed outputs"):
+        pipeline.check_figures(nb, {1: 1}, "nb")
+    cell.outputs = [image]
+    with pytest.raises(BookBuildError, match="drew 2 figure"):
+        pipeline.check_figures(nb, {1: 2}, "nb")
+
+
+def test_cache_from_an_older_pipeline_is_executed_again(tmp_path: Path) -> None:
+    root = _mini_book(tmp_path / "book", FIGURE_CELL)
+    opts = BuildOptions(root=root, out=tmp_path / "out", quick=True)
+    stage_documents(opts, log=lambda *_: None)
+    [cached] = opts.cache.glob("one-*.ipynb")
+    nb = nbformat.read(cached, as_version=4)
+    del nb.metadata[pipeline.DRAWN_KEY]  # as written before figures were checked
+    for cell in nb.cells:
+        cell.outputs = [o for o in cell.get("outputs", []) if "image/png" not in o.get("data", {})]
+    nbformat.write(nb, cached)
+    logged: list[str] = []
+    [result] = stage_documents(opts, log=logged.append)
+    assert not result.cached and result.figures == 1
+    assert any("fails the figure check" in line for line in logged)
+
+
+def test_cache_key_covers_the_kernel_environment(monkeypatch) -> None:
+    from grpo_companion.book import kernel
+
+    assert cache_key("nb", {}, "lib", "kernel a") != cache_key("nb", {}, "lib", "kernel b")
+    before = kernel.kernel_digest()
+    monkeypatch.setattr(kernel, "IPYTHON_KERNEL_CONFIG", kernel.IPYTHON_KERNEL_CONFIG + "# x\n")
+    assert kernel.kernel_digest() != before
+    monkeypatch.setattr(kernel, "installed_distributions", lambda: ["matplotlib==0.0"])
+    assert kernel.kernel_digest() != before
+
+
+def test_kernel_environment_replaces_the_callers_settings(tmp_path: Path) -> None:
+    from grpo_companion.book.kernel import INLINE_BACKEND, KernelSession, kernel_environment
+
+    session = KernelSession(tmp_path)
+    env = kernel_environment(session, {"MPLBACKEND": "Agg", "MPLCONFIGDIR": "/x",
+                                       "PYTHONSTARTUP": "/y.py", "PATH": "/bin"})
+    assert env["MPLBACKEND"] == INLINE_BACKEND
+    assert env["MATPLOTLIBRC"] == str(session.matplotlibrc)
+    assert env["IPYTHONDIR"] == str(session.ipython_dir)
+    assert env["PYTHONHASHSEED"] == "0"
+    assert "MPLCONFIGDIR" not in env and "PYTHONSTARTUP" not in env
+    assert env["PATH"] == "/bin"
