@@ -1,4 +1,5 @@
-"""The built book in headless Chromium: math typeset, nothing fetched from the network."""
+"""The built book in headless Chromium: math typeset, every figure loaded, nothing fetched
+from the network."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import re
 import shutil
 from pathlib import Path
 
+import nbformat
 import pytest
+
+from grpo_companion.book.pipeline import visible_figures
 
 from .browser import chromium, inspect_page, serve
 
@@ -50,3 +54,37 @@ def test_check_fails_when_mathjax_points_at_a_cdn(driver, html_dir: Path, tmp_pa
     assert any(u.startswith(CDN_MATHJAX) for u in report.external_requests), report.requests
     assert report.problems(), "a CDN-hosted MathJax went unnoticed"
     assert report.containers == 0  # no network here: the math stays raw
+
+
+def _notebook_figures(html_dir: Path, page: str) -> int:
+    staged = html_dir.parent / "stage" / page.replace(".html", ".ipynb")
+    return len(visible_figures(nbformat.read(staged, as_version=4))) if staged.exists() else 0
+
+
+def test_every_figure_loads_in_the_browser(driver, html_dir: Path, toc_pages: list[str]) -> None:
+    """Each page shows as many loaded images (naturalWidth > 0) as its notebook has figures."""
+    mismatches, total = {}, 0
+    with serve(html_dir) as base:
+        for page in toc_pages:
+            report = inspect_page(driver, base, page)
+            want = _notebook_figures(html_dir, page)
+            total += report.figures
+            if report.figures != want or len(report.images) != want:
+                mismatches[page] = (f"{report.figures} loaded figures, {len(report.images)} "
+                                    f"images, {want} in the notebook")
+    assert not mismatches, mismatches
+    assert total > 0, "no figure on any page"
+
+
+def test_figure_check_fails_when_an_image_does_not_load(driver, html_dir: Path, tmp_path: Path,
+                                                        toc_pages: list[str]) -> None:
+    """The check itself: delete one image file of a page and see the page reported."""
+    page = next(p for p in toc_pages if _notebook_figures(html_dir, p))
+    site = tmp_path / "site"
+    shutil.copytree(html_dir, site)
+    src = re.search(r'<img [^>]*src="([^"]+\.png)"', (site / page).read_text()).group(1)
+    ((site / page).parent / src).resolve().unlink()
+    with serve(site) as base:
+        report = inspect_page(driver, base, page)
+    assert report.figures == _notebook_figures(html_dir, page) - 1
+    assert any("did not load" in p for p in report.problems()), report.images

@@ -1,13 +1,23 @@
-"""Static checks of the built HTML: every page exists, no errors, no missing figures,
-nothing loaded from another host."""
+"""Static checks of the built HTML: every page exists, no errors, every figure of every
+chapter shown (numbered, captioned, described, sharp, cited), nothing loaded from another
+host."""
 
 from __future__ import annotations
 
 import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+
+from grpo_companion.book.pipeline import REPO_ROOT
+
+from .figures import check_page, links_in_book, source_figure_cells
+
+#: The book had 35 figures when this check was written: a floor, so that losing the
+#: figure metadata of many cells at once cannot pass as "nothing to check".
+MIN_FIGURES = 35
 
 pytestmark = pytest.mark.book
 
@@ -70,6 +80,60 @@ def test_every_referenced_figure_exists(html_dir: Path, toc_pages: list[str]) ->
             if not target.exists():
                 missing.append(f"{page}: {src}")
     assert not missing, f"missing figure files: {missing}"
+
+
+def _figure_pages(html_dir: Path, toc_pages: list[str]):
+    return [check_page(html_dir, page.removesuffix(".html"), REPO_ROOT) for page in toc_pages]
+
+
+def test_every_page_shows_every_figure_of_its_chapter(html_dir: Path,
+                                                      toc_pages: list[str]) -> None:
+    pages = _figure_pages(html_dir, toc_pages)
+    problems = {p.page: p.problems for p in pages if p.problems}
+    assert not problems, problems
+    in_sources = sum(source_figure_cells(src) for src in (REPO_ROOT / "chapters").glob("*.md"))
+    shown = sum(p.in_html for p in pages)
+    selected = (html_dir.parent / "stage" / "_toc.yml").read_text() != \
+        (REPO_ROOT / "_toc.yml").read_text()
+    if not selected:  # the whole book: every figure cell of every chapter is on a page
+        assert shown == in_sources >= MIN_FIGURES, (shown, in_sources)
+    assert shown > 0
+    print({p.page: p.in_html for p in pages if p.in_html}, "total", shown)
+
+
+def test_every_figure_is_cited_from_the_prose(html_dir: Path, toc_pages: list[str]) -> None:
+    cited = links_in_book(html_dir, toc_pages)
+    ids = [i for p in _figure_pages(html_dir, toc_pages) for i in p.ids]
+    assert ids
+    assert len(set(ids)) == len(ids), "duplicate figure labels"
+    uncited = [i for i in ids if i not in cited]
+    assert not uncited, f"figures no page cites with {{numref}}: {uncited}"
+
+
+def test_figure_check_fails_on_a_missing_blank_or_blurred_figure(html_dir: Path,
+                                                                  tmp_path: Path,
+                                                                  toc_pages: list[str]) -> None:
+    """The check itself: break one page's figure three ways and see each reported."""
+    page = next(p for p in _figure_pages(html_dir, toc_pages) if p.in_html)
+    doc = page.page.removesuffix(".html")
+    site = tmp_path / "html"
+    shutil.copytree(html_dir, site)
+    shutil.copytree(html_dir.parent / "stage", tmp_path / "stage")
+    path = site / page.page
+    html = path.read_text()
+    img = re.search(r'<img [^>]*src="([^"]+\.png)"[^>]*>', html)
+    assert img, f"no PNG on {page.page}"
+    png = (path.parent / img.group(1)).resolve()
+
+    from PIL import Image
+
+    Image.new("RGB", (1240, 860), "white").save(png)  # blank
+    assert any("blank" in p for p in check_page(site, doc, REPO_ROOT).problems)
+    Image.effect_noise((300, 200), 64).convert("RGB").save(png)  # too few pixels
+    assert any("not sharp" in p for p in check_page(site, doc, REPO_ROOT).problems)
+    path.write_text(html.replace(img.group(0), "", 1))  # figure removed from the page
+    problems = check_page(site, doc, REPO_ROOT).problems
+    assert any("images on the page" in p for p in problems), problems
 
 
 def test_pages_load_nothing_from_other_hosts(html_dir: Path, toc_pages: list[str]) -> None:
