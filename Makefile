@@ -1,13 +1,24 @@
 # grpo-companion: `make book` builds the executed book, `make test` runs every check.
 # Both bootstrap .venv themselves; it is rebuilt when pyproject.toml or
-# requirements.lock change (the stamp file name carries their hash).
+# requirements.lock change, or the torch build (the stamp file name carries their hash).
+#
+# TORCH=auto (default): the CUDA build of torch when an NVIDIA driver is present, else CPU;
+# TORCH=cpu or TORCH=cuda to choose (scripts/torch_build.py), e.g. `make book TORCH=cpu`.
 
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-PIN_HASH := $(shell cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)
+TORCH ?= auto
+TORCH_BUILD := $(shell $(PYTHON) scripts/torch_build.py choose '$(TORCH)')
+ifeq ($(TORCH_BUILD),)
+$(error no torch build for TORCH=$(TORCH): TORCH is auto, cpu or cuda, and PYTHON=$(PYTHON) must run)
+endif
+# sha256sum (Linux) or shasum (macOS)
+PIN_HASH := $(shell { cat pyproject.toml requirements.lock; echo "torch build: $(TORCH_BUILD)"; } \
+	| { command -v sha256sum >/dev/null && sha256sum || shasum -a 256; } | cut -c1-16)
 STAMP := $(VENV)/.installed-$(PIN_HASH)
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 export PYTHONHASHSEED := 0
 
 .PHONY: book book-quick test lint unit browser-deps bench screenshots lock clean venv
@@ -15,10 +26,13 @@ export PYTHONHASHSEED := 0
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml requirements.lock
-	@echo "== setting up $(VENV) (pins $(PIN_HASH))"
+	@echo "== setting up $(VENV) (pins $(PIN_HASH), torch $(TORCH_BUILD) build, TORCH=$(TORCH))"
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+	  || { echo "$(PYTHON) is older than Python 3.11: make ... PYTHON=python3.11" >&2; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PY) scripts/torch_build.py install $(TORCH_BUILD)
+	$(PIP) -r requirements.lock
+	$(PIP) --no-deps --no-build-isolation -e .
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -36,9 +50,11 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(PY) -m pytest -q -m "not book"
 
-## Debian's chromium + chromedriver for the browser test (installed when missing)
-browser-deps:
-	@bash scripts/install-browser.sh
+## A Chrome, Chromium or Edge and its driver for the browser test (scripts/find_browser.py):
+## found on the PATH or in the usual places, driver from Selenium Manager when online, else
+## installed with apt-get or dnf when that needs no prompt; otherwise one line says what to install
+browser-deps: $(STAMP)
+	@$(PY) scripts/find_browser.py --install
 
 ## Every check: lint, unit tests, quick book, built-HTML and browser tests
 test: $(STAMP) browser-deps
@@ -54,9 +70,10 @@ screenshots: $(STAMP) browser-deps
 bench: $(STAMP)
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
-## Refresh requirements.lock from the current .venv (review the diff before committing)
+## Refresh requirements.lock from the current .venv (review the diff before committing);
+## torch is pinned by hand and a CUDA build's own libraries stay out, so both builds share it
 lock: $(STAMP)
-	$(PY) -m pip freeze --exclude-editable | grep -v '^torch==' \
+	$(PY) -m pip freeze --exclude-editable | grep -Ev '^(torch|triton|nvidia-[^=]*|cuda-[^=]*)==' \
 	  | { echo "# Full pinned environment (pip constraints) for grpo-companion, Python 3.11."; \
 	      echo "# Regenerate: make lock (then review the diff). Direct dependencies are pinned in pyproject.toml."; \
 	      echo "torch==2.13.0"; cat; } > requirements.lock.tmp && mv requirements.lock.tmp requirements.lock
