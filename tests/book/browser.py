@@ -110,21 +110,37 @@ def serve(directory: Path) -> Iterator[str]:
 
 @contextmanager
 def chromium() -> Iterator[object]:
-    """A headless Debian Chromium driven by chromedriver, logging network events."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    """A headless Chrome, Chromium or Edge driven by its driver, logging network events."""
+    import importlib.util
+    import sys
 
-    binary, driver_bin = shutil.which("chromium"), shutil.which("chromedriver")
-    if not binary or not driver_bin:
-        raise RuntimeError("chromium/chromedriver not installed: run scripts/install-browser.sh")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service as ChromeService
+    from selenium.webdriver.edge.service import Service as EdgeService
+
+    # The discovery of `make browser-deps` (Chrome, Chromium or Edge and a driver of the same
+    # version); it raises with what to install, so that the browser test fails, never skips.
+    finder = sys.modules.get("grpo_find_browser")
+    if finder is None:
+        script = Path(__file__).resolve().parents[2] / "scripts" / "find_browser.py"
+        spec = importlib.util.spec_from_file_location("grpo_find_browser", script)
+        finder = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = finder
+        spec.loader.exec_module(finder)
+    found = finder.find_browser()
+    edge = found.kind == "edge"
     profile = tempfile.mkdtemp(prefix="grpo-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
+    options = webdriver.EdgeOptions() if edge else webdriver.ChromeOptions()
+    options.binary_location = found.binary
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(driver_bin), options=options)
+    options.set_capability("ms:loggingPrefs" if edge else "goog:loggingPrefs",
+                           {"performance": "ALL"})
+    if edge:
+        driver = webdriver.Edge(service=EdgeService(found.driver), options=options)
+    else:
+        driver = webdriver.Chrome(service=ChromeService(found.driver), options=options)
     driver.set_script_timeout(30)
     driver.set_page_load_timeout(30)
     try:
