@@ -147,14 +147,15 @@ def test_an_override_that_is_not_a_file_is_an_error(tmp_path):
 
 def test_no_browser_at_all_gives_one_line_naming_what_to_install(tmp_path, not_root):
     """Debian without root or passwordless sudo: nothing is installed, apt-get is named."""
-    log = tmp_path / "apt.log"
+    log, sudo_log = tmp_path / "apt.log", tmp_path / "sudo.log"
     fake(tmp_path / "bin" / "apt-get", body=f'{LOG_ARGS}{log}')
-    fake(tmp_path / "bin" / "sudo", body="exit 1")  # sudo -n: a password is required
+    fake(tmp_path / "bin" / "sudo", body=f"{LOG_ARGS}{sudo_log}; exit 1")  # wants a password
     with pytest.raises(fb.BrowserNotFound) as caught:
         find(tmp_path, [tmp_path / "bin"], install=True)
     message = str(caught.value)
     assert "\n" not in message and "no Chrome, Chromium or Edge found" in message
     assert "sudo apt-get install chromium chromium-driver" in message
+    assert sudo_log.read_text().splitlines() == ["-n true"], "only the probe, no install"
     assert not log.exists(), "apt-get ran although it would have prompted"
 
 
