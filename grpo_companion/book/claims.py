@@ -21,6 +21,14 @@ Statuses
     the check did not pass.
 ``not checked``
     no executed chapter recorded this claim.
+
+A claim has one truth. Several chapters may check it, and their statuses are
+listed together when they are compatible (``"verified; extended"``), but
+``verified`` (the statement holds as printed) and ``verified with correction``
+(it needs a correction) contradict each other: :func:`ledger` refuses such a
+claim with :class:`LedgerConflict`, which fails the build. A chapter whose own
+check passes for a claim corrected elsewhere records it with
+``kind="corrected"``: the correction found anywhere governs the row.
 """
 
 from __future__ import annotations
@@ -51,17 +59,32 @@ CLAIMS: dict[str, str] = {
     "thm1": "Theorem 1: closed-form optimal policy with KL to the reference",
     "thm2": "Theorem 2: the success probability follows p_n = h(p_{n-1})",
     "prop1": "Proposition 1: properties of h (existence, monotonicity, logit form)",
+    "remark1": "Remark 1: with eps = 0, h loses continuity at 0 and 1 and fixed points "
+               "are no longer guaranteed",
     "thm3": "Theorem 3: every fixed point exceeds p_ref (success amplification)",
+    "sec31": "Sec. 3.1: for p_ref in {0, 1} the fixed point is 0 or 1 and its stability "
+             "needs a condition on beta",
     "thm4": "Theorem 4: mirror GRPO's optimal policy and logit recurrence",
     "thm5": "Theorem 5: mirror iterates increase monotonically to 1; 0 is absorbing",
     "thm6": "Theorem 6: local convergence when |h'(p*)| < 1",
     "lemma1": "Lemma 1: h'(p*) at a fixed point and the bound beta > B(p*)",
+    "remark2": "Remark 2: bounds uniform over prompts q take the sup over q of the "
+               "per-prompt bounds",
+    "appC2": "App. C.2, practical implications: staged GRPO that resets pi_ref to the last "
+             "iterate amplifies success w.r.t. each new pi_ref",
+    "thm7": "Theorem 7: one-dimensional local contraction lemma (|f'(x*)| < 1 gives a "
+            "contracting interval around x*)",
     "thm8": "Theorem 8: optimal policy for a general anchor",
     "lemma2": "Lemma 2: two KL penalties equal one KL to the geometric mean",
     "lemma3": "Lemma 3: success probability of the geometric-mean anchor (Renyi terms)",
     "thm9": "Theorem 9: two-KL recurrence with the Renyi correction",
+    "thm9_amplification": "App. E, after Theorem 9: D_S <= D_F at every step implies "
+                          "L_n >= L_ref (amplification with two KL penalties)",
     "thm10": "Theorem 10: parametric policies stay within 2 delta* of the fixed point",
-    "sec5": "Sec. 5: Dr. GRPO reaches its fixed point in one step; beta_eff equivalence",
+    "sec5": "Sec. 5: Dr. GRPO reaches its fixed point in one step; mirror Dr. GRPO's logits "
+            "grow by 1/beta per step",
+    "sec5_beta_eff": "Sec. 5 and the practical takeaways: mean+variance normalisation is "
+                     "mean-only normalisation with an adaptive beta_eff",
     "table1_grpo": "Table 1, no-clip GRPO (mean+var) row",
     "table1_drgrpo": "Table 1, no-clip Dr. GRPO (mean-only) row",
     "table1_mirror": "Table 1, mirror GRPO (mean+var) row",
@@ -159,6 +182,60 @@ def collect(paths: Iterable[Path]) -> list[ClaimRecord]:
 #: Order in which the statuses of one claim are listed (a failure first).
 STATUS_ORDER = [FAILED, CORRECTED, VERIFIED, EXTENDED, NOT_REPRODUCIBLE]
 
+#: Pairs of statuses that cannot both be true of one claim: it holds as printed, or it
+#: needs a correction. (``extended`` and ``not reproducible here`` are about other
+#: statements, a generalisation or the full-scale experiment, and go with either.)
+INCOMPATIBLE = (frozenset({VERIFIED, CORRECTED}),)
+
+
+class LedgerConflict(ValueError):
+    """Two chapters recorded incompatible statuses for one claim."""
+
+
+def check_consistent(records: Iterable[ClaimRecord]) -> None:
+    """Raise :class:`LedgerConflict` if some claim has two incompatible statuses.
+
+    The message names the claim and, for each status, the pages that recorded
+    it, so that the chapter to fix can be found from the build log.
+    """
+    by_claim: dict[str, dict[str, set[str]]] = {}
+    for rec in records:
+        by_claim.setdefault(rec.claim, {}).setdefault(rec.status, set()).add(rec.where)
+    problems = []
+    for claim, statuses in by_claim.items():
+        for pair in INCOMPATIBLE:
+            if pair <= statuses.keys():
+                sources = "; ".join(f"{status!r} in {', '.join(sorted(statuses[status]))}"
+                                    for status in sorted(pair, key=STATUS_ORDER.index))
+                problems.append(f"{claim}: {sources}")
+    if problems:
+        raise LedgerConflict(
+            "incompatible statuses recorded for one claim (a correction found anywhere "
+            "governs the claim: record it with kind='corrected' everywhere): "
+            + " | ".join(problems))
+
+
+def earlier_notebooks(stage: Path, page: str) -> list[Path]:
+    """Executed notebooks of the pages listed before ``page`` in ``stage/_toc.yml``.
+
+    The ledger page reads only these: a page after it in the table of contents
+    is executed after it, so its notebook in the staged tree (if any) is left
+    over from an earlier build and must not count. Without a ``_toc.yml`` (a page
+    executed on its own, outside a book) there is nothing before it: ``[]``.
+    """
+    import yaml
+
+    from grpo_companion.book.pipeline import documents_of
+
+    stage = Path(stage)
+    if not (stage / "_toc.yml").exists():
+        return []
+    docs = documents_of(yaml.safe_load((stage / "_toc.yml").read_text()))
+    if page not in docs:
+        raise ValueError(f"page must be listed in {stage / '_toc.yml'}, got {page!r}")
+    return [stage / f"{doc}.ipynb" for doc in docs[:docs.index(page)]
+            if (stage / f"{doc}.ipynb").exists()]
+
 
 def ledger(records: Iterable[ClaimRecord]) -> list[dict[str, str]]:
     """One row per claim of :data:`CLAIMS`.
@@ -166,7 +243,10 @@ def ledger(records: Iterable[ClaimRecord]) -> list[dict[str, str]]:
     A claim checked in several places gets every distinct status, failure first
     (e.g. ``"verified; extended"``, or ``"extended; not reproducible here"`` for
     an experiment checked at toy scale only); ``primary`` is the first of them.
+    Incompatible statuses raise :class:`LedgerConflict` (see :func:`check_consistent`).
     """
+    records = list(records)
+    check_consistent(records)
     by_claim: dict[str, list[ClaimRecord]] = {}
     for rec in records:
         by_claim.setdefault(rec.claim, []).append(rec)

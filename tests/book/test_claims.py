@@ -83,3 +83,57 @@ def test_evidence_of_several_records_names_each_source() -> None:
     row = {r["claim"]: r for r in claims.ledger(recs)}["thm3"]
     assert row["evidence"] == "[ch04] margin 0.1 [ch06] finite G"
     assert row["status"] == "verified; extended"
+
+
+def test_ledger_refuses_a_claim_both_verified_and_corrected() -> None:
+    recs = [claims.ClaimRecord("table1_twokl", claims.CORRECTED, "ch05", "slope 1.2"),
+            claims.ClaimRecord("table1_twokl", claims.VERIFIED, "ch07", "recurrence 1e-9"),
+            claims.ClaimRecord("thm3", claims.VERIFIED, "ch04", "margin 0.1")]
+    with pytest.raises(claims.LedgerConflict, match="table1_twokl") as err:
+        claims.ledger(recs)
+    message = str(err.value)
+    assert "'verified with correction' in ch05" in message and "'verified' in ch07" in message
+    assert "thm3" not in message
+    # the same records with the correction recorded everywhere give one status
+    fixed = [claims.ClaimRecord(r.claim, claims.CORRECTED, r.where, r.evidence)
+             if r.claim == "table1_twokl" else r for r in recs]
+    row = {r["claim"]: r for r in claims.ledger(fixed)}["table1_twokl"]
+    assert row["status"] == claims.CORRECTED and row["where"] == "ch05; ch07"
+
+
+def test_compatible_statuses_are_listed_together() -> None:
+    recs = [claims.ClaimRecord("appA", claims.EXTENDED, "ch08", "toy"),
+            claims.ClaimRecord("appA", claims.NOT_REPRODUCIBLE, "ch08", "no GPU"),
+            claims.ClaimRecord("sec5", claims.VERIFIED, "ch05", "one step"),
+            claims.ClaimRecord("sec5", claims.EXTENDED, "ch06", "finite G"),
+            claims.ClaimRecord("fig2", claims.CORRECTED, "ch04", "eps 1e-2"),
+            claims.ClaimRecord("fig2", claims.EXTENDED, "ch06", "finite G")]
+    claims.check_consistent(recs)  # no conflict
+    rows = {r["claim"]: r for r in claims.ledger(recs)}
+    assert rows["sec5"]["status"] == "verified; extended"
+    assert rows["fig2"]["status"] == "verified with correction; extended"
+
+
+def test_every_numbered_result_of_the_paper_has_a_claim() -> None:
+    required = {f"thm{i}" for i in range(1, 11)} | {"lemma1", "lemma2", "lemma3", "prop1",
+                                                    "remark1", "remark2", "sec31", "sec5",
+                                                    "sec5_beta_eff", "appC2", "appA",
+                                                    "thm9_amplification"}
+    required |= {f"fig{i}" for i in range(1, 6)}
+    required |= {k for k in claims.CLAIMS if k.startswith("table1_")}
+    assert required <= set(claims.CLAIMS)
+    assert len([k for k in claims.CLAIMS if k.startswith("table1_")]) == 6
+
+
+def test_ledger_reads_only_pages_before_it(tmp_path) -> None:
+    (tmp_path / "_toc.yml").write_text(
+        "format: jb-book\nroot: intro\nchapters:\n  - file: ch/one\n  - file: ch/two\n"
+        "  - file: ch/ledger\n  - file: ch/errata\n")
+    (tmp_path / "ch").mkdir()
+    for name in ("one", "ledger", "errata"):  # ch/two was never executed
+        (tmp_path / "ch" / f"{name}.ipynb").write_text("{}")
+    got = claims.earlier_notebooks(tmp_path, "ch/ledger")
+    assert got == [tmp_path / "ch" / "one.ipynb"]
+    with pytest.raises(ValueError, match="page must be listed"):
+        claims.earlier_notebooks(tmp_path, "ch/missing")
+    assert claims.earlier_notebooks(tmp_path / "ch", "ch/ledger") == []  # no _toc.yml there
