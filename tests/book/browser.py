@@ -1,8 +1,9 @@
 """Open built pages in headless Chromium and report what a reader would see.
 
 Used by ``test_browser.py``. A page passes when MathJax typeset its math, no raw
-TeX delimiters are left in the visible text, and every request the browser made
-went to the local server that serves the book.
+TeX delimiters are left in the visible text, every image of the page loaded
+(``naturalWidth > 0``), and every request the browser made went to the local
+server that serves the book.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ CHROMIUM_FLAGS = (
 # Visible text of the page without code blocks, after MathJax is done (or has failed).
 _WAIT_AND_INSPECT = """
 const done = arguments[arguments.length - 1];
+function images() {
+  return [...document.querySelectorAll('article img')]
+    .filter(i => !i.src.includes('/_static/'))
+    .map(i => ({src: i.src, natural_width: i.complete ? i.naturalWidth : 0,
+                in_figure: !!i.closest('figure')}));
+}
 function inspect(typesetError) {
   const body = document.body.cloneNode(true);
   body.querySelectorAll('pre, code, script, style, mjx-container, mjx-assistive-mml')
@@ -43,15 +50,18 @@ function inspect(typesetError) {
     containers: document.querySelectorAll('mjx-container').length,
     math_sources: document.querySelectorAll('.math, div.math, span.math').length,
     text: body.innerText,
+    images: images(),
   });
 }
 const start = Date.now();
 const wantsMath = !!document.querySelector('script[src*="tex-chtml"], script[src*="mathjax"]');
+const decoded = Promise.all([...document.images].map(i => i.decode().catch(() => null)));
 (function poll() {
   if (!wantsMath) {
-    inspect(null);
+    decoded.then(() => inspect(null));
   } else if (window.MathJax && window.MathJax.startup && window.MathJax.startup.promise) {
-    window.MathJax.startup.promise.then(() => inspect(null), e => inspect(String(e)));
+    Promise.all([window.MathJax.startup.promise, decoded])
+      .then(() => inspect(null), e => inspect(String(e)));
   } else if (Date.now() - start > 8000) {
     inspect('MathJax never started');
   } else {
@@ -73,6 +83,12 @@ class PageReport:
     typeset_error: str | None
     requests: list[str] = field(default_factory=list)
     external_requests: list[str] = field(default_factory=list)
+    images: list[dict] = field(default_factory=list)
+
+    @property
+    def figures(self) -> int:
+        """Images of the page's content that loaded, inside a numbered figure."""
+        return sum(1 for i in self.images if i["natural_width"] > 0 and i["in_figure"])
 
     def problems(self) -> list[str]:
         out = []
@@ -86,6 +102,9 @@ class PageReport:
             out.append(f"raw TeX left in the text: {self.raw_tex[:3]}")
         if self.external_requests:
             out.append(f"requests left the machine: {self.external_requests[:5]}")
+        broken = [i["src"] for i in self.images if i["natural_width"] <= 0]
+        if broken:
+            out.append(f"images that did not load: {broken[:3]}")
         return out
 
 
@@ -183,4 +202,5 @@ def inspect_page(driver, base: str, page: str) -> PageReport:
         typeset_error=seen["typeset_error"],
         requests=requests,
         external_requests=[u for u in requests if not _is_local(u, base)],
+        images=seen["images"],
     )
