@@ -8,6 +8,7 @@ page, so that a reader can follow, say, mirror GRPO from chapter to chapter.
 from __future__ import annotations
 
 import matplotlib as mpl
+import matplotlib.ticker  # noqa: F401  (mpl.ticker)
 
 #: Colour of each named curve family, shared by all chapters.
 VARIANT_COLORS = {
@@ -42,6 +43,24 @@ BOOK_STYLE = {
 def use_book_style() -> None:
     """Apply the book's matplotlib style (idempotent)."""
     mpl.rcParams.update(BOOK_STYLE)
+
+
+def logit_ticks(ax, axis: str = "x", exponents: tuple[int, ...] = (4, 2)) -> None:
+    """Sparse, readable ticks on a logit-scaled axis.
+
+    Matplotlib labels every decade on both sides of 1/2, and labels such as
+    ``1-10^-2`` and ``1-10^-4`` then run into each other. This puts ticks only
+    at ``10^-k``, 1/2 and ``1 - 10^-k`` for the given ``exponents``.
+    """
+    if axis not in ("x", "y"):
+        raise ValueError(f"axis must be 'x' or 'y', got {axis!r}")
+    ks = sorted({int(k) for k in exponents}, reverse=True)
+    ticks = [10.0 ** -k for k in ks] + [0.5] + [1 - 10.0 ** -k for k in reversed(ks)]
+    labels = ([f"$10^{{-{k}}}$" for k in ks] + [r"$\frac{1}{2}$"]
+              + [f"$1-10^{{-{k}}}$" for k in reversed(ks)])
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_ticks(ticks, labels)
+    target.set_minor_locator(mpl.ticker.NullLocator())
 
 
 def variant_color(name: str) -> str:

@@ -514,6 +514,9 @@ def execute_notebook(
                 )
             except PapermillExecutionError as err:
                 executed = nbformat.read(output_path, as_version=4)
+                # err.cell_index counts the cells before papermill added its error banners
+                executed.cells = [c for c in executed.cells
+                                  if "papermill-error-cell-tag" not in c.metadata.get("tags", [])]
                 raise BookBuildError(
                     f"{name}: {describe_cell(executed, err.cell_index, source)} raised "
                     f"{err.ename}: {err.evalue}{kept} with its traceback"
