@@ -535,10 +535,26 @@ def execute_notebook(
     check_figures(executed, created, name, source)
     executed.metadata[DRAWN_KEY] = {str(k): v for k, v in sorted(created.items())}
     for cell in executed.cells:
-        tags = cell.metadata.get("tags", [])
+        tags = cell.metadata.setdefault("tags", [])
         if INJECTED_TAG in tags and "remove-cell" not in tags:
             tags.append("remove-cell")  # hide papermill's injected cell in the book
+        if _display_width(cell) > WIDE_FIGURE_PX and "full-width" not in tags:
+            tags.append("full-width")  # the theme lets it use the margin on wide screens
     return executed
+
+
+#: A figure wider than this (in CSS pixels at its 1x size) would be shrunk into the
+#: text column until its labels are hard to read; such cells get the book theme's
+#: ``full-width`` tag, which gives them the right margin too on screens >= 992 px.
+WIDE_FIGURE_PX = 820
+
+
+def _display_width(cell: nbformat.NotebookNode) -> float:
+    """Largest display width (1x pixels, from the output metadata) of a cell's images."""
+    widths = [float(out.get("metadata", {}).get(t, {}).get("width", 0))
+              for out in cell.get("outputs", []) for t in IMAGE_TYPES
+              if t in out.get("data", {})]
+    return max(widths, default=0.0)
 
 
 def _running_cell(output_path: Path, source: Path | None) -> str:
