@@ -534,6 +534,11 @@ def execute_notebook(
     executed = nbformat.read(output_path, as_version=4)
     check_figures(executed, created, name, source)
     executed.metadata[DRAWN_KEY] = {str(k): v for k, v in sorted(created.items())}
+    return tag_for_the_book(executed)
+
+
+def tag_for_the_book(executed: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Hide papermill's injected cell and give wide figures the margin (in place)."""
     for cell in executed.cells:
         tags = cell.metadata.setdefault("tags", [])
         if INJECTED_TAG in tags and "remove-cell" not in tags:

@@ -284,3 +284,16 @@ def test_kernel_environment_replaces_the_callers_settings(tmp_path: Path) -> Non
     assert env["PYTHONHASHSEED"] == "0"
     assert "MPLCONFIGDIR" not in env and "PYTHONSTARTUP" not in env
     assert env["PATH"] == "/bin"
+
+
+def test_wide_figures_get_the_full_width_tag() -> None:
+    nb = nbformat.v4.new_notebook()
+    for width in (600, 1200):
+        cell = nbformat.v4.new_code_cell("plt.show()")
+        cell.outputs = [nbformat.v4.new_output(
+            "display_data", data={"image/png": "iVBOR"},
+            metadata={"image/png": {"width": width, "height": 400}})]
+        nb.cells.append(cell)
+    pipeline.tag_for_the_book(nb)
+    assert "full-width" not in nb.cells[0].metadata["tags"]
+    assert "full-width" in nb.cells[1].metadata["tags"]
