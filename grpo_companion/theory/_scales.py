@@ -14,6 +14,11 @@ also ``log v``:
 
 Using ``log v`` when ``eps = 0`` keeps the weights finite for variances below
 the float64 range (``p`` within 1e-300 of 0 or 1, or given by its logit).
+``log_inverse`` (``log(1 / scale)`` from ``log v``, used when ``eps = 0``) lets
+the population weights ``w+ = (1 - p) / scale`` and ``w- = p / scale`` be
+formed as ``exp(log(1 / scale) + log(1 - p))``: finite wherever the true
+weight is, even where ``1 / scale`` itself exceeds the float64 range
+(``|logit p| > 1419`` for the whitened scale).
 """
 
 from __future__ import annotations
@@ -34,13 +39,15 @@ class Scale:
 
     inverse: Callable[[np.ndarray, np.ndarray | None, float, str], np.ndarray]
     elasticity: Callable[[np.ndarray, np.ndarray | None, float, str], np.ndarray]
+    log_inverse_without_eps: Callable[[np.ndarray], np.ndarray]
     unbounded_without_eps: bool
 
 
 def _std_inverse(v: np.ndarray, log_v: np.ndarray | None, eps: float, placement: str) -> np.ndarray:
     if eps == 0:
         assert log_v is not None
-        return np.exp(-0.5 * log_v)
+        with np.errstate(over="ignore"):  # beyond |logit p| = 1419: larger than float64 holds
+            return np.exp(-0.5 * log_v)
     if placement == "sqrt":  # paper, eq. (4): sqrt(v + eps)
         out = np.asarray(v + eps)
         np.sqrt(out, out=out)
@@ -62,6 +69,14 @@ def _std_elasticity(
     return -0.5 * inv * (sd / (sd + eps))
 
 
+def _std_log_inverse(log_v: np.ndarray) -> np.ndarray:
+    return -0.5 * log_v
+
+
+def _log_ones(log_v: np.ndarray) -> np.ndarray:
+    return np.zeros_like(log_v)
+
+
 def _ones(v: np.ndarray, log_v: np.ndarray | None, eps: float, placement: str) -> np.ndarray:
     return np.ones_like(v)
 
@@ -72,7 +87,8 @@ def _zeros(v: np.ndarray, log_v: np.ndarray | None, eps: float, placement: str) 
 
 SCALES: dict[str, Scale] = {
     # GRPO / DeepSeekMath: whiten by the standard deviation.
-    "mean_std": Scale(_std_inverse, _std_elasticity, unbounded_without_eps=True),
+    "mean_std": Scale(_std_inverse, _std_elasticity, _std_log_inverse,
+                      unbounded_without_eps=True),
     # Dr. GRPO: subtract the mean only (paper, eq. 13).
-    "mean_only": Scale(_ones, _zeros, unbounded_without_eps=False),
+    "mean_only": Scale(_ones, _zeros, _log_ones, unbounded_without_eps=False),
 }

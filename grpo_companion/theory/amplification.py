@@ -20,7 +20,15 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from ._validate import check_beta, check_logit
+from ._validate import (
+    broadcast,
+    check_beta,
+    check_count,
+    check_interval,
+    check_logit,
+    check_memory,
+    check_probability,
+)
 from .calibration import Calibration, resolve_calibration
 
 __all__ = ["scan_fixed_points", "success_gain", "upper_fixed_point_logit"]
@@ -48,7 +56,7 @@ def success_gain(logit_p_ref: ArrayLike, logit_gain: ArrayLike) -> np.ndarray:
     """
     lr = check_logit("logit_p_ref", logit_p_ref)
     d = check_logit("logit_gain", logit_gain)
-    lr, d = np.broadcast_arrays(lr, d)
+    lr, d = broadcast(logit_p_ref=lr, logit_gain=d)
     clash = np.isinf(lr) & np.isinf(d) & (np.sign(lr) != np.sign(d))
     if clash.any():
         raise ValueError(
@@ -98,6 +106,7 @@ def upper_fixed_point_logit(
             f"got eps={cal.eps!r}, normalization={cal.normalization!r}"
         )
     top = float(cal._omega(np.array(np.inf)))
+    lr, b = broadcast(logit_p_ref=lr, beta=b)
     out = lr + top / b
     return out[()] if out.ndim == 0 else out
 
@@ -127,18 +136,14 @@ def scan_fixed_points(
         changes in grid intervals that end at or below ``logit p_ref`` and of the
         others. Theorem 3 says ``below`` is always 0.
     """
-    if isinstance(n_points, bool) or not isinstance(n_points, int | np.integer) or n_points < 2:
-        raise ValueError(f"n_points must be an integer >= 2, got {n_points!r}")
-    lo, hi = (float(v) for v in logit_range)
-    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
-        raise ValueError(f"logit_range must be finite with lo < hi, got {logit_range!r}")
-    pr = np.asarray(p_ref, dtype=np.float64)
-    lr = special.logit(pr)
-    if np.isnan(lr).any() or np.isinf(lr).any():
-        raise ValueError(f"p_ref must be in (0, 1), got {p_ref!r}")
+    n_points = check_count("n_points", n_points, 2)
+    lo, hi = check_interval("logit_range", logit_range)
+    lr = special.logit(check_probability("p_ref", p_ref, open_interval=True))
     b = check_beta(beta)
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    lr, b = np.broadcast_arrays(lr, b)
+    lr, b = broadcast(p_ref=lr, beta=b)
+    check_memory("n_points", n_points, 8.0 * 4 * n_points * max(lr.size, 1),
+                 "the scan grid of every cell")
     grid = np.sinh(np.linspace(np.arcsinh(lo), np.arcsinh(hi), int(n_points)))
     with np.errstate(over="ignore"):  # eps = 0: Omega overflows to +inf far out, g = +inf
         om = cal._omega(grid)

@@ -25,13 +25,24 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
+from ._validate import (
+    check_alpha,
+    check_beta,
+    check_count,
+    check_memory,
+    check_probability,
+    check_real,
+    check_scalar_array,
+)
 from .calibration import Calibration, resolve_calibration
-from .dynamics import iterate_logit
+from .dynamics import _prepare, iterate_logit
 from .logistic import logit
 from .regimes import Regime, classify_dynamics
 from .roots import fixed_points_logit
 
 __all__ = ["LABEL_NAMES", "Label", "RegimeMap", "cobweb_path", "orbit_tail", "regime_map"]
+
+_MAX_PERIOD = 8  # longest period told apart by regime_map (HIGHER_PERIOD is 3..8)
 
 
 def orbit_tail(
@@ -50,13 +61,15 @@ def orbit_tail(
     Shape ``(n_keep, *broadcast_shape)``: one column of a bifurcation diagram
     per parameter cell.
     """
-    if not 1 <= int(n_keep) <= int(n_steps):
-        raise ValueError(f"need 1 <= n_keep <= n_steps, got n_keep={n_keep}, n_steps={n_steps}")
-    cal = resolve_calibration(calibration, **calibration_kwargs)
-    lr = logit(p_ref)
-    transient = iterate_logit(logit(p0), lr, beta, int(n_steps) - int(n_keep) + 1,
-                              alpha=alpha, keep_path=False, calibration=cal)
-    path = iterate_logit(transient, lr, beta, int(n_keep) - 1, alpha=alpha, calibration=cal)
+    n_steps = check_count("n_steps", n_steps, 1)
+    n_keep = check_count("n_keep", n_keep, 1, n_steps)
+    lp, lr, b, a, cal = _prepare(logit(check_probability("p0", p0)),
+                                 logit(check_probability("p_ref", p_ref)), beta, alpha,
+                                 calibration, calibration_kwargs, names=("p0", "p_ref"))
+    check_memory("n_keep", n_keep, 8.0 * n_keep * lp.size, "the kept iterates")
+    transient = iterate_logit(lp, lr, b, n_steps - n_keep + 1, alpha=a, keep_path=False,
+                              calibration=cal)
+    path = iterate_logit(transient, lr, b, n_keep - 1, alpha=a, calibration=cal)
     return special.expit(path)
 
 
@@ -76,9 +89,14 @@ def cobweb_path(
     (p1, p2), ...``; vertical segments go from the diagonal to the graph of
     ``h``, horizontal ones back to the diagonal.
     """
+    start = check_scalar_array("p0", check_probability("p0", p0))
+    ref = check_scalar_array("p_ref", check_probability("p_ref", p_ref))
+    b = check_beta(beta)
+    a = check_alpha(alpha)
+    b, a = check_scalar_array("beta", b), check_scalar_array("alpha", a)
+    n_steps = check_count("n_steps", n_steps, 0)
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    lp = iterate_logit(logit(float(p0)), logit(float(p_ref)), float(beta), int(n_steps),
-                       alpha=alpha, calibration=cal)
+    lp = iterate_logit(logit(start), logit(ref), b, n_steps, alpha=a, calibration=cal)
     p = special.expit(lp)
     x = np.repeat(p, 2)[:-1]  # p0, p0, p1, p1, ..., p_n
     y = np.repeat(p, 2)[1:]  # p0, p1, p1, p2, ..., p_n
@@ -153,10 +171,19 @@ def regime_map(
     :func:`~grpo_companion.theory.classify_dynamics` and one of
     :func:`~grpo_companion.theory.fixed_points` for the whole grid.
     """
+    check_probability("p_ref", p_ref)  # before p0, which defaults to it
     cal = resolve_calibration(calibration, **calibration_kwargs)
+    n_transient = check_count("n_transient", n_transient, 0)
+    n_measure = check_count("n_measure", n_measure, 1)
+    if n_transient + n_measure <= _MAX_PERIOD:
+        raise ValueError(
+            f"n_transient + n_measure must be > {_MAX_PERIOD} (periods up to {_MAX_PERIOD} are "
+            f"told apart), got n_transient={n_transient}, n_measure={n_measure}")
+    saturation_tol = float(check_real("saturation_tol", saturation_tol, 0.0, 1.0,
+                                      open_low=True, open_high=True, scalar=True))
     start = p_ref if p0 is None else p0
     res = classify_dynamics(start, p_ref, beta, alpha=alpha, n_transient=n_transient,
-                            n_measure=n_measure, calibration=cal)
+                            n_measure=n_measure, max_period=_MAX_PERIOD, calibration=cal)
     roots = fixed_points_logit(logit(p_ref), beta, alpha=alpha, calibration=cal)
     if roots.ndim == 1:
         n_fp = np.asarray(np.sum(~np.isnan(roots)))

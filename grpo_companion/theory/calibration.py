@@ -19,9 +19,20 @@ from scipy import optimize
 from scipy.special import expit
 
 from ._scales import EPS_PLACEMENTS, SCALES
-from ._validate import check_logit, check_probability
-from .finite_group import group_gains, group_weights_of_logit, group_weights_prime_of_logit
-from .logistic import log_bernoulli_variance, logit
+from ._validate import (
+    check_choice,
+    check_count,
+    check_logit,
+    check_memory,
+    check_probability,
+    check_real,
+)
+from .finite_group import (
+    _group_gains,
+    _group_weights_of_logit,
+    _group_weights_prime_of_logit,
+)
+from .logistic import _log_bernoulli_variance, _log_sigmoid, logit
 
 __all__ = [
     "EPS_PLACEMENTS",
@@ -70,7 +81,9 @@ class Calibration:
     them under a new name in ``SCALES``. That single entry gives the population
     weights, the finite-group weights, Omega and its derivative, hence the
     policies, the PoS maps and fixed points; the trainer and the symbolic layer
-    take the same ``Calibration`` object.
+    take the same ``Calibration`` object. Also give ``log(1 / scale)`` as a
+    function of ``log v`` (``log_inverse_without_eps``), used with ``eps = 0``
+    to keep the weights finite where ``1 / scale`` overflows.
     """
 
     normalization: str = "mean_std"
@@ -80,29 +93,18 @@ class Calibration:
     ddof: int = 0
 
     def __post_init__(self) -> None:
-        if self.normalization not in SCALES:
-            raise ValueError(
-                f"normalization must be one of {sorted(SCALES)}, got {self.normalization!r}"
-            )
-        if self.eps_placement not in EPS_PLACEMENTS:
-            raise ValueError(
-                f"eps_placement must be one of {list(EPS_PLACEMENTS)}, "
-                f"got {self.eps_placement!r}"
-            )
-        try:
-            eps = float(self.eps)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"eps must be a number >= 0, got {self.eps!r}") from err
-        if not (eps == 0 or (1e-300 <= eps and math.isfinite(eps))):
+        check_choice("normalization", self.normalization, tuple(SCALES))
+        check_choice("eps_placement", self.eps_placement, EPS_PLACEMENTS)
+        eps = float(check_real("eps", self.eps, 0.0, scalar=True))
+        if not (eps == 0 or eps >= 1e-300):
             raise ValueError(f"eps must be 0 or a finite number >= 1e-300, got {self.eps!r}")
         object.__setattr__(self, "eps", eps)
-        if self.ddof not in (0, 1) or isinstance(self.ddof, bool):
-            raise ValueError(f"ddof must be 0 or 1, got {self.ddof!r}")
+        object.__setattr__(self, "ddof", check_count("ddof", self.ddof, 0, 1))
         if self.group_size is not None:
-            g = self.group_size
-            if isinstance(g, bool) or not isinstance(g, int | np.integer) or g < 2:
-                raise ValueError(f"group_size must be an integer >= 2 or None, got {g!r}")
-            object.__setattr__(self, "group_size", int(g))
+            g = check_count("group_size", self.group_size, 2)
+            # the gains, and the binomial weights of one cell, hold a few arrays of G values
+            check_memory("group_size", g, 64.0 * (g + 1), "the finite-group weights")
+            object.__setattr__(self, "group_size", g)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -117,23 +119,66 @@ class Calibration:
     @cached_property
     def _gains(self) -> tuple[np.ndarray, np.ndarray]:
         assert self.group_size is not None
-        return group_gains(
+        return _group_gains(
             self.group_size, self.normalization, self.eps, self.eps_placement, self.ddof
         )
 
-    def _check_boundary(self, logit_p: np.ndarray) -> None:
+    def _check_boundary(self, logit_p: np.ndarray, name: str = "logit_p") -> None:
         if self.undefined_at_boundary and np.isinf(logit_p).any():
+            value = float(np.asarray(logit_p)[np.isinf(logit_p)].flat[0])
             raise ValueError(
-                "p must be in (0, 1) (finite logit) when eps=0 with population whitening; "
-                f"got p={float(1.0 if logit_p[np.isinf(logit_p)].flat[0] > 0 else 0.0)!r}"
+                f"{name} must be finite (p in (0, 1)) when eps=0 with population whitening "
+                f"(Omega is infinite at p = 0 and 1); got {name} giving "
+                f"p={1.0 if value > 0 else 0.0!r}"
             )
 
     # ------------------------------------------------------- unchecked kernels
     def _weights(self, logit_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.group_size is not None:
-            return group_weights_of_logit(logit_p, self._gains)
+            return _group_weights_of_logit(logit_p, self._gains)
         om = self._omega(logit_p)
-        return om * expit(-logit_p), om * expit(logit_p)
+        with np.errstate(invalid="ignore"):  # inf * 0 far out with eps = 0, replaced below
+            w_plus, w_minus = om * expit(-logit_p), om * expit(logit_p)
+        # Far out (|L| > 700) expit(-|L|) is subnormal or 0 and, with eps = 0, Omega
+        # may overflow: there the product loses digits or is inf * 0 = NaN, while
+        # exp(log Omega + log sigmoid(-+L)) is the correctly rounded weight.
+        far = np.abs(logit_p) > 700.0
+        if np.any(far):
+            lp = np.where(far, logit_p, 0.0)
+            log_plus, log_minus = self._population_log_weights(lp)
+            with np.errstate(over="ignore"):
+                w_plus = np.where(far, np.exp(log_plus), w_plus)[()]
+                w_minus = np.where(far, np.exp(log_minus), w_minus)[()]
+        return w_plus, w_minus
+
+    def _population_log_weights(self, logit_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``log w+`` and ``log w-`` of the population calibration, finite for finite logits."""
+        log_om = self._log_omega(logit_p)  # eps > 0: Omega <= 1 / eps <= 1e300, a fine log
+        return log_om + _log_sigmoid(-logit_p), log_om + _log_sigmoid(logit_p)
+
+    def _log_omega(self, logit_p: np.ndarray) -> np.ndarray:
+        """``log Omega`` for finite logits, finite also where ``Omega`` overflows (``eps = 0``)."""
+        if self.group_size is None and self.eps == 0:
+            return SCALES[self.normalization].log_inverse_without_eps(
+                _log_bernoulli_variance(logit_p))
+        with np.errstate(divide="ignore"):
+            return np.log(self._omega(logit_p))
+
+    def _log_weights(self, logit_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.group_size is not None:
+            w_plus, w_minus = _group_weights_of_logit(logit_p, self._gains)
+            with np.errstate(divide="ignore"):
+                return np.log(w_plus), np.log(w_minus)
+        inf = np.isinf(logit_p)
+        if np.any(inf):  # p in {0, 1}: one class has no mass, its weight is exp(-inf) = 0
+            finite = np.where(inf, 0.0, logit_p)
+            log_plus, log_minus = self._population_log_weights(finite)
+            w_plus, w_minus = self._weights(logit_p)
+            with np.errstate(divide="ignore"):
+                log_plus = np.where(inf, np.log(w_plus), log_plus)[()]
+                log_minus = np.where(inf, np.log(w_minus), log_minus)[()]
+            return log_plus, log_minus
+        return self._population_log_weights(logit_p)
 
     def _variance(self, logit_p: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """``p (1 - p)`` from the logit, and its log when ``eps = 0`` needs it."""
@@ -150,14 +195,14 @@ class Calibration:
 
     def _omega(self, logit_p: np.ndarray) -> np.ndarray:
         if self.group_size is not None:
-            w_plus, w_minus = group_weights_of_logit(logit_p, self._gains)
+            w_plus, w_minus = _group_weights_of_logit(logit_p, self._gains)
             return w_plus + w_minus
         v, log_v = self._variance(logit_p)
         return SCALES[self.normalization].inverse(v, log_v, self.eps, self.eps_placement)
 
     def _omega_prime(self, logit_p: np.ndarray) -> np.ndarray:
         if self.group_size is not None:
-            d_plus, d_minus = group_weights_prime_of_logit(logit_p, self._gains)
+            d_plus, d_minus = _group_weights_prime_of_logit(logit_p, self._gains)
             return d_plus + d_minus
         v, log_v = self._variance(logit_p)
         scale = SCALES[self.normalization]
@@ -166,10 +211,30 @@ class Calibration:
 
     # ------------------------------------------------------------- public API
     def weights_of_logit(self, logit_p: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-        """``(w+, w-)`` at ``p = sigmoid(logit_p)`` (eqs. 3, 4, 13; finite-group if set)."""
+        """``(w+, w-)`` at ``p = sigmoid(logit_p)`` (eqs. 3, 4, 13; finite-group if set).
+
+        Each weight is correctly rounded for every logit; never NaN. With
+        ``eps = 0`` and population whitening the weights are ``sqrt((1 - p) / p)``
+        and ``sqrt(p / (1 - p))``: beyond ``|logit_p| = 1419`` the larger exceeds
+        float64 and is ``inf`` (use :meth:`log_weights_of_logit` there), the
+        smaller rounds to 0.
+        """
         lp = check_logit("logit_p", logit_p)
         self._check_boundary(lp)
         return self._weights(lp)
+
+    def log_weights_of_logit(self, logit_p: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """``(log w+, log w-)`` at ``p = sigmoid(logit_p)``, computed in log space.
+
+        Finite for every finite logit, also where a weight itself under- or
+        overflows float64 (``eps = 0`` with ``|logit_p| > 1419``: there
+        ``w-(p) = sqrt(p / (1 - p))`` exceeds the float64 range and
+        :meth:`weights_of_logit` returns ``inf`` for it, and ``w+`` rounds to 0).
+        A weight that is exactly 0 (a class without mass) gives ``-inf``.
+        """
+        lp = check_logit("logit_p", logit_p)
+        self._check_boundary(lp)
+        return self._log_weights(lp)
 
     def weights(self, p: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """``(w+(p), w-(p))``: advantage ``+w+`` on a success, ``-w-`` on a failure.
@@ -181,7 +246,11 @@ class Calibration:
         return self.weights_of_logit(logit(p))
 
     def omega_of_logit(self, logit_p: ArrayLike) -> np.ndarray:
-        """``Omega = w+ + w-`` as a function of the logit (Proposition 1)."""
+        """``Omega = w+ + w-`` as a function of the logit (Proposition 1).
+
+        With ``eps = 0`` and population whitening ``Omega = 1 / sqrt(p (1 - p))``
+        exceeds float64 beyond ``|logit_p| = 1419`` and is returned as ``inf``.
+        """
         lp = check_logit("logit_p", logit_p)
         self._check_boundary(lp)
         return self._omega(lp)
@@ -200,7 +269,7 @@ class Calibration:
         """``d Omega / d p`` for ``p`` in (0, 1)."""
         pp = check_probability("p", p, open_interval=True)
         lp = logit(pp)
-        return self._omega_prime(lp) / np.exp(log_bernoulli_variance(lp))
+        return self._omega_prime(lp) / np.exp(_log_bernoulli_variance(lp))
 
     # --------------------------------------------- shape facts for root finding
     @cached_property
@@ -282,11 +351,13 @@ def resolve_calibration(calibration: Calibration | None = None, **kwargs: Any) -
                 f"pass either calibration= or calibration keywords, got both ({sorted(kwargs)})"
             )
         if not isinstance(calibration, Calibration):
-            raise ValueError(f"calibration must be a Calibration, got {calibration!r}")
+            raise ValueError(f"calibration must be a Calibration or None, got {calibration!r}")
         return calibration
     unknown = set(kwargs) - {"normalization", "eps", "eps_placement", "group_size", "ddof"}
     if unknown:
-        raise ValueError(f"unknown calibration keyword(s) {sorted(unknown)}")
+        raise ValueError(
+            f"unknown calibration keyword(s) {', '.join(sorted(unknown))}; the keywords are "
+            "normalization, eps, eps_placement, group_size and ddof")
     return Calibration(**kwargs)
 
 

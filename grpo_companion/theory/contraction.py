@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._validate import as_float_array, check_beta, check_logit
+from ._validate import (
+    broadcast,
+    check_beta,
+    check_count,
+    check_logit,
+    check_memory,
+    check_real,
+)
 from .calibration import Calibration, resolve_calibration
 
 __all__ = [
@@ -34,13 +41,6 @@ __all__ = [
 
 #: relative float64 resolution allowed in orbit comparisons, per unit of |x*|
 _ROUNDING = 64 * np.finfo(float).eps
-
-
-def _count(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer) or (
-            value < minimum):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -117,16 +117,20 @@ def local_contraction(
         ``holds`` is False where ``x_star`` is not a fixed point, where
         ``|f'(x*)| >= 1`` (no radius is found), or where an orbit breaks the bound.
     """
-    x = np.atleast_1d(as_float_array("x_star", x_star))
-    if x.ndim != 1 or not np.isfinite(x).all():
+    for name, func in (("f", f), ("fprime", fprime)):
+        if not callable(func):
+            raise ValueError(f"{name} must be a callable (an elementwise map), got {func!r}")
+    x = np.atleast_1d(check_real("x_star", x_star))
+    if x.ndim != 1:
         raise ValueError(f"x_star must be a 1-D array of finite numbers, got shape {x.shape}")
-    n_halvings = _count("n_halvings", n_halvings, 0)
-    n_samples = _count("n_samples", n_samples, 3)
-    n_starts = _count("n_starts", n_starts, 2)
-    n_steps = _count("n_steps", n_steps, 1)
-    if isinstance(radius0, bool) or not isinstance(radius0, int | float) or not (
-            np.isfinite(radius0) and radius0 > 0):
-        raise ValueError(f"radius0 must be a finite number > 0, got {radius0!r}")
+    n_halvings = check_count("n_halvings", n_halvings, 0)
+    n_samples = check_count("n_samples", n_samples, 3)
+    n_starts = check_count("n_starts", n_starts, 2)
+    n_steps = check_count("n_steps", n_steps, 1)
+    check_memory("n_samples", n_samples, 32.0 * x.size * max(n_samples, n_starts),
+                 "the sampled intervals")
+    radius0 = float(check_real("radius0", radius0, 0.0, open_low=True, scalar=True))
+    fixed_tol = float(check_real("fixed_tol", fixed_tol, 0.0, open_low=True, scalar=True))
     col = x[:, None]
     scale = np.maximum(1.0, np.abs(x))
     residual = np.abs(np.asarray(f(col), dtype=float)[:, 0] - x)
@@ -206,12 +210,18 @@ def reference_map_contraction(
     calibration's are passed to :func:`local_contraction`.
     """
     cal_keys = {"normalization", "eps", "eps_placement", "group_size", "ddof"}
+    option_keys = {"radius0", "n_halvings", "n_samples", "n_starts", "n_steps", "fixed_tol"}
+    unknown = set(kwargs) - cal_keys - option_keys
+    if unknown:
+        raise ValueError(
+            f"unknown keyword(s) {', '.join(sorted(unknown))}; the calibration keywords are "
+            f"{', '.join(sorted(cal_keys))} and the options {', '.join(sorted(option_keys))}")
     cal = resolve_calibration(calibration, **{k: v for k, v in kwargs.items() if k in cal_keys})
     options = {k: v for k, v in kwargs.items() if k not in cal_keys}
-    ls = check_logit("logit_star", logit_star)
+    ls = check_real("logit_star", logit_star)
     lr = check_logit("logit_p_ref", logit_p_ref)
     b = check_beta(beta)
-    ls, lr, b = (np.ravel(a) for a in np.broadcast_arrays(ls, lr, b))
+    ls, lr, b = (np.ravel(a) for a in broadcast(logit_star=ls, logit_p_ref=lr, beta=b))
     lr_c, b_c = lr[:, None], b[:, None]
 
     def g(L: np.ndarray) -> np.ndarray:
@@ -231,6 +241,9 @@ def uniform_contraction(check: ContractionCheck) -> tuple[float, float]:
     that radius, at least that fast) exactly when every entry holds; otherwise
     ``(0.0, nan)``.
     """
+    if not isinstance(check, ContractionCheck):
+        raise ValueError(f"check must be a ContractionCheck (from local_contraction), "
+                         f"got {check!r}")
     if check.x_star.size == 0 or not np.all(check.holds):
         return 0.0, float("nan")
     return float(np.min(check.radius)), float(np.max(check.rate))

@@ -21,9 +21,18 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from ._validate import check_alpha, check_beta, check_logit, check_probability
+from ._validate import (
+    broadcast,
+    check_alpha,
+    check_beta,
+    check_count,
+    check_flag,
+    check_logit,
+    check_memory,
+    check_probability,
+)
 from .calibration import Calibration, resolve_calibration
-from .logistic import log_bernoulli_variance, logit, sigmoid
+from .logistic import _log_bernoulli_variance, logit, sigmoid
 
 __all__ = [
     "iterate",
@@ -89,13 +98,15 @@ def _prepare(
     alpha: ArrayLike,
     calibration: Calibration | None,
     kwargs: dict[str, Any],
+    names: tuple[str, str] = ("logit_p", "logit_p_ref"),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Calibration]:
-    lp = check_logit("logit_p", logit_p)
-    lr = check_logit("logit_p_ref", logit_p_ref)
+    """Check, broadcast and resolve the map's inputs; ``names`` are the caller's for the logits."""
+    lp = check_logit(names[0], logit_p)
+    lr = check_logit(names[1], logit_p_ref)
     b = check_beta(beta)
     a = check_alpha(alpha)
     cal = resolve_calibration(calibration, **kwargs)
-    lp, lr, b, a = np.broadcast_arrays(lp, lr, b, a)
+    lp, lr, b, a = broadcast(**{names[0]: lp, names[1]: lr, "beta": b, "alpha": a})
     _check_map_inputs(lp, lr, a, cal)
     return lp, lr, b, a, cal
 
@@ -127,6 +138,13 @@ def pos_map_logit(
     """
     lp, lr, b, a, cal = _prepare(logit_p, logit_p_ref, beta, alpha, calibration,
                                  calibration_kwargs)
+    return _map_logit(lp, lr, b, a, cal)
+
+
+def _map_logit(
+    lp: np.ndarray, lr: np.ndarray, b: np.ndarray, a: np.ndarray, cal: Calibration
+) -> np.ndarray:
+    """The logit map on checked, broadcast inputs."""
     ref_part, keep = _affine_parts(lr, a)
     with np.errstate(over="ignore"):
         return ref_part + _prev_part(keep, lp) + cal._omega(lp) / b
@@ -148,8 +166,9 @@ def pos_map(
     """
     lp = logit(check_probability("p", p))
     lr = logit(check_probability("p_ref", p_ref))
-    return sigmoid(pos_map_logit(lp, lr, beta, alpha=alpha, calibration=calibration,
-                                 **calibration_kwargs))
+    lp, lr, b, a, cal = _prepare(lp, lr, beta, alpha, calibration, calibration_kwargs,
+                                 names=("p", "p_ref"))
+    return sigmoid(_map_logit(lp, lr, b, a, cal))
 
 
 def iterate_logit(
@@ -172,7 +191,8 @@ def iterate_logit(
         or only the final logits when ``keep_path=False``.
     """
     return _iterate(logit_p0, logit_p_ref, beta, n_steps, alpha, keep_path, calibration,
-                    calibration_kwargs, to_probability=False)
+                    calibration_kwargs, to_probability=False,
+                    names=("logit_p0", "logit_p_ref"))
 
 
 def iterate(
@@ -195,7 +215,7 @@ def iterate(
     lp = logit(check_probability("p0", p0))
     lr = logit(check_probability("p_ref", p_ref))
     return _iterate(lp, lr, beta, n_steps, alpha, keep_path, calibration, calibration_kwargs,
-                    to_probability=True)
+                    to_probability=True, names=("p0", "p_ref"))
 
 
 def _iterate(
@@ -209,6 +229,7 @@ def _iterate(
     calibration_kwargs: dict[str, Any],
     *,
     to_probability: bool,
+    names: tuple[str, str],
 ) -> np.ndarray:
     """The iteration loop shared by :func:`iterate_logit` and :func:`iterate`.
 
@@ -216,9 +237,12 @@ def _iterate(
     probabilities when ``to_probability``), so a large grid costs one pass of
     the map per step and one write of the output.
     """
-    n_steps = _check_steps(n_steps)
+    n_steps = check_count("n_steps", n_steps, 0)
+    keep_path = check_flag("keep_path", keep_path)
     lp, lr, b, a, cal = _prepare(logit_p0, logit_p_ref, beta, alpha, calibration,
-                                 calibration_kwargs)
+                                 calibration_kwargs, names=names)
+    if keep_path:
+        check_memory("n_steps", n_steps, 8.0 * (n_steps + 1) * lp.size, "the kept path")
     ref_part, keep = _affine_parts(lr, a)
     inv_beta = 1.0 / b
     current = np.array(lp, dtype=np.float64)
@@ -254,12 +278,6 @@ def _iterate(
     return special.expit(current) if to_probability else current
 
 
-def _check_steps(n_steps: int) -> int:
-    if isinstance(n_steps, bool) or not isinstance(n_steps, int | np.integer) or n_steps < 0:
-        raise ValueError(f"n_steps must be an integer >= 0, got {n_steps!r}")
-    return int(n_steps)
-
-
 def pos_map_logit_derivative(
     logit_p: ArrayLike,
     beta: ArrayLike,
@@ -276,8 +294,14 @@ def pos_map_logit_derivative(
     b = check_beta(beta)
     a = check_alpha(alpha)
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    cal._check_boundary(np.asarray(lp))
-    return (1.0 - a) + cal._omega_prime(lp) / b
+    lp, b, a = broadcast(logit_p=lp, beta=b, alpha=a)
+    cal._check_boundary(lp)
+    return _map_logit_slope(lp, b, a, cal)
+
+
+def _map_logit_slope(lp: np.ndarray, b: np.ndarray, a: np.ndarray,
+                     cal: Calibration) -> np.ndarray:
+    return ((1.0 - a) + cal._omega_prime(lp) / b)[()]
 
 
 def pos_map_derivative(
@@ -298,12 +322,22 @@ def pos_map_derivative(
     """
     lp = logit(check_probability("p", p, open_interval=True))
     lr = logit(check_probability("p_ref", p_ref))
-    cal = resolve_calibration(calibration, **calibration_kwargs)
-    nxt = pos_map_logit(lp, lr, beta, alpha=alpha, calibration=cal)
-    slope = pos_map_logit_derivative(lp, beta, alpha=alpha, calibration=cal)
+    lp, lr, b, a, cal = _prepare(lp, lr, beta, alpha, calibration, calibration_kwargs,
+                                 names=("p", "p_ref"))
+    nxt = _map_logit(lp, lr, b, a, cal)
+    slope = _map_logit_slope(lp, b, a, cal)
     # h (1 - h) / (p (1 - p)), formed in log space
-    ratio = np.exp(log_bernoulli_variance(nxt) - log_bernoulli_variance(lp))
-    return ratio * slope
+    log_ratio = _log_bernoulli_variance(nxt) - _log_bernoulli_variance(lp)
+    with np.errstate(over="ignore"):
+        ratio = np.exp(log_ratio)
+    big = np.isinf(ratio)
+    if not np.any(big):
+        return (ratio * slope)[()]
+    # p within ~1e-300 of 0 or 1: the ratio overflows, multiply in log space (0 if slope = 0)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        far = np.sign(slope) * np.exp(log_ratio + np.log(np.abs(slope)))
+        near = ratio * slope
+    return np.where(big, np.where(slope == 0, 0.0, far), near)[()]
 
 
 def stability_bound(
@@ -321,5 +355,5 @@ def stability_bound(
     """
     lp = logit(check_probability("p_star", p_star))
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    cal._check_boundary(np.asarray(lp))
+    cal._check_boundary(lp, "p_star")
     return np.abs(cal._omega_prime(lp))

@@ -21,7 +21,8 @@ import numpy as np
 from scipy import special
 
 from ._scales import SCALES
-from .logistic import log_bernoulli_variance, log_sigmoid
+from ._validate import check_count, check_logit, check_memory, check_real
+from .logistic import _log_bernoulli_variance, _log_sigmoid
 
 __all__ = ["group_gains", "group_weights_of_logit", "group_weights_prime_of_logit"]
 
@@ -36,6 +37,18 @@ def group_gains(
     gain_plus, gain_minus : ndarray of shape (group_size,)
         ``gain_plus[s] = A(r=1 | k=s+1)`` and ``gain_minus[s] = -A(r=0 | k=s)``.
     """
+    from .calibration import Calibration  # the one set of checks for calibration parameters
+
+    cal = Calibration(normalization, eps, eps_placement, check_count("group_size", group_size, 2),
+                      ddof)
+    assert cal.group_size is not None
+    return _group_gains(cal.group_size, cal.normalization, cal.eps, cal.eps_placement, cal.ddof)
+
+
+def _group_gains(
+    group_size: int, normalization: str, eps: float, eps_placement: str, ddof: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`group_gains` on checked parameters."""
     g = group_size
     k = np.arange(g + 1, dtype=np.float64)
     inv = np.zeros(g + 1)
@@ -50,9 +63,11 @@ def group_gains(
 
 def _binomial_pmf_of_logit(logit_p: np.ndarray, n: int) -> np.ndarray:
     """``Bin(s; n, sigmoid(L))`` for s = 0..n on a new trailing axis, computed in log space."""
+    check_memory("group_size", n + 1, 32.0 * (n + 1) * max(np.size(logit_p), 1),
+                 "the binomial weights of every cell")
     s = np.arange(n + 1, dtype=np.float64)
-    lp = log_sigmoid(logit_p)[..., None]
-    lq = log_sigmoid(-logit_p)[..., None]
+    lp = _log_sigmoid(logit_p)[..., None]
+    lq = _log_sigmoid(-logit_p)[..., None]
     log_comb = special.gammaln(n + 1.0) - special.gammaln(s + 1.0) - special.gammaln(n - s + 1.0)
     with np.errstate(invalid="ignore"):
         log_pmf = log_comb + np.where(s > 0, s * lp, 0.0) + np.where(s < n, (n - s) * lq, 0.0)
@@ -62,7 +77,30 @@ def _binomial_pmf_of_logit(logit_p: np.ndarray, n: int) -> np.ndarray:
 def group_weights_of_logit(
     logit_p: np.ndarray, gains: tuple[np.ndarray, np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Expected weights ``(w+_G, w-_G)`` at ``p = sigmoid(logit_p)`` for the given gains."""
+    """Expected weights ``(w+_G, w-_G)`` at ``p = sigmoid(logit_p)`` for the given gains.
+
+    ``gains`` is the pair returned by :func:`group_gains`.
+    """
+    return _group_weights_of_logit(check_logit("logit_p", logit_p), _check_gains(gains))
+
+
+def _check_gains(gains: object) -> tuple[np.ndarray, np.ndarray]:
+    valid = "a pair of equal-length 1-D arrays of finite numbers (from group_gains)"
+    try:
+        if gains is None or isinstance(gains, str | bytes):
+            raise TypeError
+        plus, minus = gains  # type: ignore[misc]
+        plus, minus = check_real("gains", plus), check_real("gains", minus)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"gains must be {valid}, got {gains!r}") from err
+    if plus.ndim != 1 or plus.shape != minus.shape or plus.size < 2:
+        raise ValueError(f"gains must be {valid}, got shapes {plus.shape} and {minus.shape}")
+    return plus, minus
+
+
+def _group_weights_of_logit(
+    logit_p: np.ndarray, gains: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     gain_plus, gain_minus = gains
     pmf = _binomial_pmf_of_logit(np.asarray(logit_p, dtype=np.float64), gain_plus.size - 1)
     return pmf @ gain_plus, pmf @ gain_minus
@@ -76,11 +114,17 @@ def group_weights_prime_of_logit(
     Uses the Bernstein rule ``d/dp sum_s Bin(s; n, p) c_s = n sum_s Bin(s; n-1, p)
     (c_{s+1} - c_s)`` and ``dp/dL = p (1 - p)``.
     """
+    return _group_weights_prime_of_logit(check_logit("logit_p", logit_p), _check_gains(gains))
+
+
+def _group_weights_prime_of_logit(
+    logit_p: np.ndarray, gains: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     logit_p = np.asarray(logit_p, dtype=np.float64)
     gain_plus, gain_minus = gains
     n = gain_plus.size - 1
     pmf = _binomial_pmf_of_logit(logit_p, n - 1)
-    dpdl = np.exp(log_bernoulli_variance(logit_p))
+    dpdl = np.exp(_log_bernoulli_variance(logit_p))
     return (
         n * dpdl * (pmf @ np.diff(gain_plus)),
         n * dpdl * (pmf @ np.diff(gain_minus)),

@@ -34,7 +34,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ._scales import EPS_PLACEMENTS, SCALES
-from ._validate import as_float_array, check_probability
+from ._validate import (
+    check_choice,
+    check_count,
+    check_memory,
+    check_probability,
+    check_real,
+    check_seed,
+)
 from .calibration import Calibration, resolve_calibration
 
 __all__ = ["GroupWeightEstimate", "estimate_group_weights", "group_advantages", "sample_groups"]
@@ -69,19 +76,13 @@ def group_advantages(
     ndarray
         Same shape as ``rewards``. Groups whose rewards are all equal get 0.
     """
-    r = as_float_array("rewards", rewards)
+    r = check_real("rewards", rewards)
     if r.ndim == 0 or r.shape[-1] < 2:
         raise ValueError(f"rewards must have a last axis of length >= 2, got shape {r.shape}")
-    if normalization not in SCALES:
-        raise ValueError(f"normalization must be one of {sorted(SCALES)}, got {normalization!r}")
-    if eps_placement not in EPS_PLACEMENTS:
-        raise ValueError(
-            f"eps_placement must be one of {list(EPS_PLACEMENTS)}, got {eps_placement!r}"
-        )
-    if not (np.isfinite(eps) and eps >= 0):
-        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
-    if ddof not in (0, 1) or isinstance(ddof, bool):
-        raise ValueError(f"ddof must be 0 or 1, got {ddof!r}")
+    check_choice("normalization", normalization, tuple(SCALES))
+    check_choice("eps_placement", eps_placement, EPS_PLACEMENTS)
+    eps = float(check_real("eps", eps, 0.0, scalar=True))
+    ddof = check_count("ddof", ddof, 0, 1)
     centred = r - r.mean(axis=-1, keepdims=True)
     constant = np.ptp(r, axis=-1, keepdims=True) == 0
     if normalization == "mean_only":
@@ -104,8 +105,10 @@ def sample_groups(
         Rewards in {0, 1}.
     """
     pp = check_probability("p", p)
-    g = _check_count("group_size", group_size, 2)
-    n = _check_count("n_groups", n_groups, 1)
+    g = check_count("group_size", group_size, 2)
+    n = check_count("n_groups", n_groups, 1)
+    check_seed("seed", seed)
+    check_memory("group_size * n_groups", f"{g} * {n}", 16.0 * pp.size * n * g, "the rewards")
     rng = np.random.default_rng(seed)
     u = rng.random((*pp.shape, n, g))
     return (u < pp[..., None, None]).astype(np.float64)
@@ -174,15 +177,19 @@ def estimate_group_weights(
     if cal.group_size is None:
         raise ValueError("group_size must be set (an integer >= 2), got None")
     pp = check_probability("p", p, open_interval=True)
-    n = _check_count("n_groups", n_groups, 2)
+    n = check_count("n_groups", n_groups, 2)
+    check_seed("seed", seed)
+    max_chunk_values = check_count("max_chunk_values", max_chunk_values, 1)
     g = cal.group_size
-    rng = np.random.default_rng(seed)
     flat = pp.ravel()
     m = flat.size
+    chunk = max(1, max_chunk_values // max(1, m * g))
+    check_memory("max_chunk_values", max_chunk_values, 64.0 * m * g * min(chunk, n),
+                 "one chunk of simulated groups")
+    rng = np.random.default_rng(seed)
     # per entry of p: sums of Z = (X_s, Y_s, X_f, Y_f) and of Z Z^T over groups
     s1 = np.zeros((m, 4))
     s2 = np.zeros((m, 4, 4))
-    chunk = max(1, int(max_chunk_values) // max(1, m * g))
     done = 0
     while done < n:
         k = min(chunk, n - done)
@@ -227,8 +234,3 @@ def estimate_group_weights(
         group_size=g,
     )
 
-
-def _check_count(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)

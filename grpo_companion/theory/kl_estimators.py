@@ -38,9 +38,17 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize
 
-from ._validate import check_beta, check_probability, check_probability_vector
+from ._validate import (
+    broadcast,
+    broadcast_shapes,
+    check_beta,
+    check_choice,
+    check_probability,
+    check_probability_vector,
+    check_real,
+)
 from .calibration import Calibration, resolve_calibration
-from .logistic import log_bernoulli_variance, logit, sigmoid
+from .logistic import _log_bernoulli_variance, logit, sigmoid
 
 __all__ = [
     "ESTIMATOR_TARGETS",
@@ -62,10 +70,7 @@ ESTIMATOR_TARGETS: dict[str, str] = {
 
 
 def _check_estimator(estimator: str) -> str:
-    if estimator not in ESTIMATOR_TARGETS:
-        raise ValueError(f"estimator must be one of {tuple(ESTIMATOR_TARGETS)}, "
-                         f"got {estimator!r}")
-    return estimator
+    return str(check_choice("estimator", estimator, tuple(ESTIMATOR_TARGETS)))
 
 
 def expected_kl_gradient(
@@ -97,9 +102,11 @@ def expected_kl_gradient(
     pi = check_probability_vector("policy", policy)
     ref = check_probability_vector("ref_policy", ref_policy)
     old = pi if old_policy is None else check_probability_vector("old_policy", old_policy)
-    if np.any(pi <= 0) or np.any(ref <= 0):
-        raise ValueError("policy and ref_policy must be positive (the estimators take logs)")
-    pi, ref, old = np.broadcast_arrays(pi, ref, old)
+    for name, x in (("policy", pi), ("ref_policy", ref)):
+        if np.any(x <= 0):
+            raise ValueError(f"{name} must be positive (the estimators take logs), "
+                             f"got {float(x[x <= 0].flat[0])!r}")
+    pi, ref, old = broadcast(policy=pi, ref_policy=ref, old_policy=old)
     log_ratio = np.log(pi) - np.log(ref)  # log pi / pi_ref = -d
     if estimator in ("exact", "k3_ratio"):
         kl = np.sum(pi * log_ratio, axis=-1, keepdims=True)
@@ -152,12 +159,19 @@ def reverse_kl_policy(
         Penalty strength ``> 0``, one per leading index (broadcast).
     """
     ref = check_probability_vector("ref_policy", ref_policy)
-    adv = np.asarray(advantage, dtype=np.float64)
-    if not np.all(np.isfinite(adv)):
-        raise ValueError("advantage must be finite")
+    adv = check_real("advantage", advantage)
     b = check_beta(beta)
-    ref, adv = np.broadcast_arrays(ref, adv)
-    b = np.broadcast_to(np.asarray(b, dtype=np.float64)[..., None], ref.shape[:-1] + (1,))
+    ref, adv = broadcast(ref_policy=ref, advantage=adv)
+    broadcast_shapes(**{"ref_policy (batch axes)": ref.shape[:-1], "beta": b.shape})
+    return _reverse_kl_policy(ref, adv, b)
+
+
+def _reverse_kl_policy(ref: np.ndarray, adv: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`reverse_kl_policy` on checked, broadcast inputs."""
+    shape = np.broadcast_shapes(ref.shape[:-1], b.shape)
+    ref = np.broadcast_to(ref, (*shape, ref.shape[-1]))
+    adv = np.broadcast_to(adv, ref.shape)
+    b = np.broadcast_to(np.asarray(b, dtype=np.float64), shape)[..., None]
     lam = _bisect_lambda(ref, adv, b)
     with np.errstate(divide="ignore", invalid="ignore"):
         pi = np.where(ref > 0, b * ref / (lam[..., None] - adv), 0.0)
@@ -173,13 +187,13 @@ def reverse_kl_pos(
     ``1 - p = beta (1 - p_ref) / (lam + w-)``, with ``lam`` fixed by their sum.
     """
     pr = check_probability("p_ref", p_ref)
+    wp = check_real("w_plus", w_plus)
+    wm = check_real("w_minus", w_minus)
     b = check_beta(beta)
-    wp = np.asarray(w_plus, dtype=np.float64)
-    wm = np.asarray(w_minus, dtype=np.float64)
-    pr, wp, wm, b = np.broadcast_arrays(pr, wp, wm, b)
+    pr, wp, wm, b = broadcast(p_ref=pr, w_plus=wp, w_minus=wm, beta=b)
     ref = np.stack([pr, 1.0 - pr], axis=-1)
     adv = np.stack([wp, -wm], axis=-1)
-    return reverse_kl_policy(ref, adv, b)[..., 0]
+    return _reverse_kl_policy(ref, adv, b)[..., 0]
 
 
 def logit_drift(
@@ -209,9 +223,18 @@ def logit_drift(
     pr = check_probability("p_ref", p_ref)
     b = check_beta(beta)
     cal = resolve_calibration(calibration, **calibration_kwargs)
+    pp, pr, b = broadcast(p=pp, p_ref=pr, beta=b)
     lp, lr = logit(pp), logit(pr)
-    var = pp * (1.0 - pp)
-    push = var * cal.omega_of_logit(lp)
+    log_var = _log_bernoulli_variance(lp)
+    var = np.exp(log_var)
+    if cal.undefined_at_boundary:
+        # eps = 0: p (1 - p) Omega(p) = sqrt(p (1 - p)), formed in log space (Omega alone
+        # overflows beyond |logit p| = 1419) and 0 at p in {0, 1}
+        inner = np.isfinite(lp)
+        safe = np.where(inner, lp, 0.0)
+        push = np.where(inner, np.exp(log_var + cal._log_omega(safe)), 0.0)
+    else:
+        push = var * cal._omega(lp)
     target = ESTIMATOR_TARGETS[estimator]
     if target == "forward":
         with np.errstate(invalid="ignore"):
@@ -249,13 +272,13 @@ def reverse_kl_fixed_points(
     pr = check_probability("p_ref", p_ref)
     b = check_beta(beta)
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    pr, b = np.broadcast_arrays(pr, b)
+    pr, b = broadcast(p_ref=pr, beta=b)
     grid = np.linspace(-60.0, 60.0, 24001)
 
     def scaled(x: ArrayLike, pr_: float, b_: float) -> np.ndarray:
         # Omega(p) / beta - (p - p_ref) / (p (1 - p)): same zeros, finite in logit space
         x = np.asarray(x, dtype=np.float64)
-        var = np.exp(log_bernoulli_variance(x))
+        var = np.exp(_log_bernoulli_variance(x))
         return cal.omega_of_logit(x) / b_ - (sigmoid(x) - pr_) / var
 
     rows = []

@@ -38,7 +38,11 @@ expit = sigmoid
 
 def log_sigmoid(logit_p: ArrayLike) -> np.ndarray:
     """``log(sigmoid(L))`` without underflow (``-softplus(-L)``)."""
-    return special.log_expit(np.asarray(logit_p, dtype=np.float64))
+    return _log_sigmoid(check_logit("logit_p", logit_p))
+
+
+def _log_sigmoid(logit_p: np.ndarray) -> np.ndarray:
+    return special.log_expit(logit_p)
 
 
 def log_bernoulli_variance(logit_p: ArrayLike) -> np.ndarray:
@@ -46,5 +50,10 @@ def log_bernoulli_variance(logit_p: ArrayLike) -> np.ndarray:
 
     Finite for every finite ``L``; ``-inf`` at ``L = +-inf``.
     """
+    return _log_bernoulli_variance(check_logit("logit_p", logit_p))
+
+
+def _log_bernoulli_variance(logit_p: np.ndarray) -> np.ndarray:
+    """Unchecked kernel of :func:`log_bernoulli_variance` (inner loops call it)."""
     a = np.abs(np.asarray(logit_p, dtype=np.float64))
     return -a - 2.0 * np.log1p(np.exp(-a))

@@ -24,10 +24,11 @@ from numpy.typing import ArrayLike
 from scipy import optimize, special
 
 from ._validate import (
-    check_alpha,
-    check_beta,
+    check_count,
     check_probability,
     check_probability_vector,
+    check_real,
+    check_scalar_array,
     check_success_mask,
 )
 from .calibration import Calibration, resolve_calibration
@@ -78,9 +79,12 @@ def _setup(pi_ref, pi_prev, success_mask, beta, alpha, p_nu, cal) -> _Problem:
     if ref.shape != prev.shape:
         raise ValueError(f"pi_ref and pi_prev must have the same shape, got {ref.shape} "
                          f"and {prev.shape}")
-    mask = np.broadcast_to(check_success_mask(success_mask), ref.shape)
-    b = float(check_beta(beta))
-    a = float(check_alpha(alpha))
+    mask = check_success_mask(success_mask)
+    if mask.shape != ref.shape:
+        raise ValueError(f"success_mask must have the shape of pi_ref {ref.shape}, "
+                         f"got {mask.shape}")
+    b = float(check_real("beta", beta, 0.0, open_low=True, scalar=True))
+    a = float(check_real("alpha", alpha, 0.0, 1.0, scalar=True))
     # a zero anchor entry forces pi = 0 there, which finite logits cannot reach
     if a > 0 and (ref <= 0).any():
         raise ValueError(f"pi_ref must be > 0 everywhere when alpha > 0, got {ref!r}")
@@ -89,7 +93,7 @@ def _setup(pi_ref, pi_prev, success_mask, beta, alpha, p_nu, cal) -> _Problem:
     if p_nu is None:
         p = float(np.sum(prev[mask]))
     else:
-        p = float(check_probability("p_nu", p_nu))
+        p = float(check_scalar_array("p_nu", check_probability("p_nu", p_nu)))
     w_plus, w_minus = cal.weights(p)
     adv = np.where(mask, float(w_plus), -float(w_minus))
     with np.errstate(divide="ignore"):
@@ -145,7 +149,8 @@ def regularised_objective(
     prob = _setup(pi_ref, pi_prev, success_mask, beta, alpha, p_nu, cal)
     pi = check_probability_vector("policy", policy)
     if pi.shape != prob.advantage.shape:
-        raise ValueError(f"policy must have shape {prob.advantage.shape}, got {pi.shape}")
+        raise ValueError(f"policy must be a single 1-D policy of shape {prob.advantage.shape} "
+                         f"(like pi_ref), got shape {pi.shape}")
     ref = np.asarray(pi_ref, dtype=float)
     prev = np.asarray(pi_prev, dtype=float)
     a = float(alpha)
@@ -194,14 +199,12 @@ def maximise_regularised_objective(
     """
     cal = resolve_calibration(calibration, **calibration_kwargs)
     prob = _setup(pi_ref, pi_prev, success_mask, beta, alpha, p_nu, cal)
-    if not gtol > 0:
-        raise ValueError(f"gtol must be > 0, got {gtol!r}")
-    if isinstance(maxiter, bool) or not isinstance(maxiter, int) or maxiter < 1:
-        raise ValueError(f"maxiter must be an integer >= 1, got {maxiter!r}")
+    gtol = float(check_real("gtol", gtol, 0.0, open_low=True, scalar=True))
+    maxiter = check_count("maxiter", maxiter, 1)
     n = prob.advantage.size
-    z0 = np.zeros(n) if x0 is None else np.asarray(x0, dtype=float)
-    if z0.shape != (n,) or not np.isfinite(z0).all():
-        raise ValueError(f"x0 must be {n} finite logits, got {x0!r}")
+    z0 = np.zeros(n) if x0 is None else check_real("x0", x0)
+    if z0.shape != (n,):
+        raise ValueError(f"x0 must be {n} finite logits (one per outcome), got {x0!r}")
 
     def neg(z: np.ndarray) -> tuple[float, np.ndarray]:
         value, grad = _value_and_grad(z, prob)

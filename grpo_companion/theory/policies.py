@@ -12,7 +12,17 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from ._validate import check_alpha, check_beta, check_probability_vector, check_success_mask
+from ._validate import (
+    broadcast,
+    check_alpha,
+    check_beta,
+    check_count,
+    check_memory,
+    check_probability,
+    check_probability_vector,
+    check_real,
+    check_success_mask,
+)
 from .calibration import Calibration, resolve_calibration
 
 __all__ = [
@@ -42,6 +52,7 @@ def pos(policy: ArrayLike, success_mask: ArrayLike) -> np.ndarray:
     """Probability of success ``sum_o pi(o) 1[r(o) = 1]`` (paper, eq. 7)."""
     pi = check_probability_vector("policy", policy)
     mask = check_success_mask(success_mask)
+    pi, mask = broadcast(policy=pi, success_mask=mask)
     # rounding can push the sum of a normalised policy's success mass above 1 by an ulp
     return np.minimum(np.sum(np.where(mask, pi, 0.0), axis=-1), 1.0)
 
@@ -50,6 +61,7 @@ def kl_divergence(p: ArrayLike, q: ArrayLike) -> np.ndarray:
     """``KL(p || q) = sum p log(p / q)`` over the last axis (``inf`` if ``p`` is not << ``q``)."""
     pp = check_probability_vector("p", p)
     qq = check_probability_vector("q", q)
+    pp, qq = broadcast(p=pp, q=qq)
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.where(pp > 0, pp * (_log(pp) - _log(qq)), 0.0)
     return np.sum(terms, axis=-1)
@@ -57,11 +69,11 @@ def kl_divergence(p: ArrayLike, q: ArrayLike) -> np.ndarray:
 
 def renyi_divergence(p: ArrayLike, q: ArrayLike, order: float) -> np.ndarray:
     """Renyi divergence ``D_a(p || q) = log(sum p^a q^(1-a)) / (a - 1)``, ``0 < a < 1``."""
-    a = float(check_alpha(order))
-    if not 0 < a < 1:
-        raise ValueError(f"order must be in (0, 1), got {order!r}")
+    a = float(check_real("order", order, 0.0, 1.0, open_low=True, open_high=True,
+                         scalar=True))
     pp = check_probability_vector("p", p)
     qq = check_probability_vector("q", q)
+    pp, qq = broadcast(p=pp, q=qq)
     log_sum = special.logsumexp(a * _log(pp) + (1 - a) * _log(qq), axis=-1)
     return log_sum / (a - 1)
 
@@ -74,6 +86,11 @@ def geometric_anchor(pi_ref: ArrayLike, pi_prev: ArrayLike, alpha: ArrayLike) ->
     ref = check_probability_vector("pi_ref", pi_ref)
     prev = check_probability_vector("pi_prev", pi_prev)
     a = check_alpha(alpha)[..., None]
+    ref, prev, a = broadcast(pi_ref=ref, pi_prev=prev, alpha=a)
+    return _geometric_anchor(ref, prev, a)
+
+
+def _geometric_anchor(ref: np.ndarray, prev: np.ndarray, a: np.ndarray) -> np.ndarray:
     log_anchor = _scaled_log(a, _log(ref)) + _scaled_log(1.0 - a, _log(prev))
     norm = special.logsumexp(log_anchor, axis=-1, keepdims=True)
     if np.isneginf(norm).any():
@@ -97,10 +114,17 @@ def anchored_policy(
     """
     anc = check_probability_vector("anchor", anchor)
     mask = check_success_mask(success_mask)
+    pn = check_probability("p_nu", p_nu)[..., None]
     b = check_beta(beta)[..., None]
     cal = resolve_calibration(calibration, **calibration_kwargs)
+    anc, mask, pn, b = broadcast(anchor=anc, success_mask=mask, p_nu=pn, beta=b)
+    return _anchored_policy(anc, mask, pn[..., 0], b, cal)
+
+
+def _anchored_policy(anc: np.ndarray, mask: np.ndarray, p_nu: np.ndarray, b: np.ndarray,
+                     cal: Calibration) -> np.ndarray:
     w_plus, w_minus = cal.weights(p_nu)
-    adv = np.where(mask, w_plus[..., None], -w_minus[..., None])
+    adv = np.where(mask, np.asarray(w_plus)[..., None], -np.asarray(w_minus)[..., None])
     log_pi = _log(anc) + adv / b
     return np.exp(log_pi - special.logsumexp(log_pi, axis=-1, keepdims=True))
 
@@ -122,9 +146,22 @@ def optimal_policy(
     uses the geometric-mean anchor of Lemma 2 in Theorem 8.
     """
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    anchor = geometric_anchor(pi_ref, pi_prev, alpha)
-    return anchored_policy(anchor, success_mask, pos(pi_prev, success_mask), beta,
-                           calibration=cal)
+    ref = check_probability_vector("pi_ref", pi_ref)
+    prev = check_probability_vector("pi_prev", pi_prev)
+    mask = check_success_mask(success_mask)
+    b = check_beta(beta)[..., None]
+    a = check_alpha(alpha)[..., None]
+    ref, prev, mask, b, a = broadcast(pi_ref=ref, pi_prev=prev, success_mask=mask, beta=b,
+                                      alpha=a)
+    return _optimal_policy(ref, prev, mask, b, a, cal)
+
+
+def _optimal_policy(ref: np.ndarray, prev: np.ndarray, mask: np.ndarray, b: np.ndarray,
+                    a: np.ndarray, cal: Calibration) -> np.ndarray:
+    """:func:`optimal_policy` on checked inputs broadcast to one shape."""
+    anchor = _geometric_anchor(ref, prev, a)
+    p_prev = np.minimum(np.sum(np.where(mask, prev, 0.0), axis=-1), 1.0)
+    return _anchored_policy(anchor, mask, p_prev, b, cal)
 
 
 def renyi_correction(
@@ -143,6 +180,7 @@ def renyi_correction(
     prev = check_probability_vector("pi_prev", pi_prev)
     mask = check_success_mask(success_mask)
     a = check_alpha(alpha)[..., None]
+    ref, prev, mask, a = broadcast(pi_ref=ref, pi_prev=prev, success_mask=mask, alpha=a)
     for name, pi in (("pi_ref", ref), ("pi_prev", prev)):
         s = np.sum(np.where(mask, pi, 0.0), axis=-1)
         f = np.sum(np.where(mask, 0.0, pi), axis=-1)
@@ -182,8 +220,15 @@ def policy_iterate(
     cal = resolve_calibration(calibration, **calibration_kwargs)
     ref = check_probability_vector("pi_ref", pi_ref)
     current = ref if pi_0 is None else check_probability_vector("pi_0", pi_0)
-    out = [np.broadcast_to(current, np.broadcast_shapes(ref.shape, current.shape))]
-    for _ in range(int(n_steps)):
-        current = optimal_policy(ref, current, success_mask, beta, alpha=alpha, calibration=cal)
+    mask = check_success_mask(success_mask)
+    b = check_beta(beta)[..., None]
+    a = check_alpha(alpha)[..., None]
+    n_steps = check_count("n_steps", n_steps, 0)
+    ref, current, mask, b, a = broadcast(pi_ref=ref, pi_0=current, success_mask=mask, beta=b,
+                                         alpha=a)
+    check_memory("n_steps", n_steps, 8.0 * (n_steps + 1) * current.size, "the policy path")
+    out = [current]
+    for _ in range(n_steps):
+        current = _optimal_policy(ref, current, mask, b, a, cal)
         out.append(current)
     return np.stack(out)

@@ -16,10 +16,19 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from ._validate import check_probability
-from .calibration import Calibration
-from .dynamics import _affine_parts, _prepare, _prev_part
-from .logistic import log_bernoulli_variance, logit
+from ._validate import (
+    broadcast,
+    check_alpha,
+    check_beta,
+    check_count,
+    check_logit,
+    check_memory,
+    check_probability,
+    check_real,
+)
+from .calibration import Calibration, resolve_calibration
+from .dynamics import _affine_parts, _check_map_inputs, _prepare, _prev_part
+from .logistic import _log_bernoulli_variance, logit
 from .roots import _newton_bracketed, fixed_points_logit
 
 __all__ = ["DynamicsResult", "Regime", "classify_dynamics", "period_two_orbits",
@@ -92,7 +101,15 @@ def classify_dynamics(
     """
     lp = logit(check_probability("p0", p0))
     lr = logit(check_probability("p_ref", p_ref))
-    lp, lr, b, a, cal = _prepare(lp, lr, beta, alpha, calibration, calibration_kwargs)
+    lp, lr, b, a, cal = _prepare(lp, lr, beta, alpha, calibration, calibration_kwargs,
+                                 names=("p0", "p_ref"))
+    n_transient = check_count("n_transient", n_transient, 0)
+    n_measure = check_count("n_measure", n_measure, 1)
+    # the period test compares the last iterate with the max_period before it
+    max_period = check_count("max_period", max_period, 1, n_transient + n_measure - 1)
+    check_memory("max_period", max_period, 8.0 * (max_period + 1) * lp.size,
+                 "the orbit history")
+    tol = float(check_real("tol", tol, 0.0, open_low=True, scalar=True))
     ref_part, keep = _affine_parts(lr, a)
     inv_beta = 1.0 / b
     current = np.array(lp, dtype=np.float64)
@@ -103,12 +120,12 @@ def classify_dynamics(
             nxt = ref_part + _prev_part(keep, current) + cal._omega(current) * inv_beta
             if n >= n_transient:
                 slope = (1.0 - a) + cal._omega_prime(current) * inv_beta
-                lyap += (np.log(np.abs(slope)) + log_bernoulli_variance(nxt)
-                         - log_bernoulli_variance(current))
+                lyap += (np.log(np.abs(slope)) + _log_bernoulli_variance(nxt)
+                         - _log_bernoulli_variance(current))
             if n >= n_transient + n_measure - max_period - 1:
                 history.append(nxt)
             current = nxt
-    lyap /= max(n_measure, 1)
+    lyap /= n_measure
     hist = np.stack(history)  # oldest first, hist[-1] is the final logit
     last = hist[-1]
     scale = tol * np.maximum(1.0, np.abs(last))
@@ -163,9 +180,23 @@ def period_two_orbits_logit(
         Shape ``(..., k, 2)``, NaN-padded for array arguments; ``(k, 2)`` for
         scalars.
     """
-    lr = np.asarray(logit_p_ref, dtype=np.float64)
-    _, lr, b, a, cal = _prepare(np.zeros_like(lr), lr, beta, alpha, calibration,
-                                calibration_kwargs)
+    lr = check_logit("logit_p_ref", logit_p_ref)
+    return _period_two_orbits(lr, beta, alpha, n_grid, calibration, calibration_kwargs,
+                              "logit_p_ref")
+
+
+def _period_two_orbits(
+    lr: np.ndarray, beta: ArrayLike, alpha: ArrayLike, n_grid: int,
+    calibration: Calibration | None, calibration_kwargs: dict[str, Any], name: str,
+) -> np.ndarray:
+    """:func:`period_two_orbits_logit` after the logit check; ``name`` is the caller's."""
+    b = check_beta(beta)
+    a = check_alpha(alpha)
+    n_grid = check_count("n_grid", n_grid, 2)
+    check_memory("n_grid", n_grid, 8.0 * 16 * n_grid, "its grids")
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    lr, b, a = broadcast(**{name: lr, "beta": b, "alpha": a})
+    _check_map_inputs(np.zeros_like(lr), lr, a, cal)
     shape = lr.shape
     lr, b, a = lr.ravel(), b.ravel(), a.ravel()
     active = (a > 0) & np.isfinite(lr)
@@ -225,7 +256,7 @@ def period_two_orbits_logit(
         slot = np.arange(cell.size) - np.searchsorted(cell, cell)
         out[cell, slot, 0] = low
         out[cell, slot, 1] = high
-    out = out.reshape(*shape, -1, 2)
+    out = out.reshape(*shape, out.shape[1], 2)
     if not shape:
         return out[~np.isnan(out[:, 0])]
     return out
@@ -246,8 +277,8 @@ def period_two_orbits(
     ``h(p_b) = p_a`` (fixed points of ``h o h`` that are not fixed points of ``h``).
     """
     lr = logit(check_probability("p_ref", p_ref))
-    orbits = period_two_orbits_logit(lr, beta, alpha=alpha, n_grid=n_grid,
-                                     calibration=calibration, **calibration_kwargs)
+    orbits = _period_two_orbits(lr, beta, alpha, n_grid, calibration, calibration_kwargs,
+                                "p_ref")
     return special.expit(orbits)
 
 

@@ -23,17 +23,15 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize
 
-from ._validate import as_float_array, check_beta
+from ._validate import check_interval, check_probability, check_real
+from .calibration import resolve_calibration
 from .dynamics import iterate
 
 __all__ = ["fit_step_fraction", "relaxed_iterate"]
 
 
-def _check_fraction(step_fraction: float) -> float:
-    value = float(step_fraction)
-    if not 0.0 < value <= 1.0:
-        raise ValueError(f"step_fraction must be in (0, 1], got {step_fraction!r}")
-    return value
+def _check_fraction(step_fraction: float, name: str = "step_fraction") -> float:
+    return float(check_real(name, step_fraction, 0.0, 1.0, open_low=True, scalar=True))
 
 
 def relaxed_iterate(
@@ -52,8 +50,9 @@ def relaxed_iterate(
     and ``alpha * step_fraction``; shape ``(n_steps + 1, ...)``.
     """
     lam = _check_fraction(step_fraction)
-    b = float(check_beta(beta))
-    return iterate(p0, p_ref, b / lam, n_steps, alpha=lam * float(alpha), **calibration)
+    b = float(check_real("beta", beta, 0.0, open_low=True, scalar=True))
+    a = float(check_real("alpha", alpha, 0.0, 1.0, scalar=True))
+    return iterate(p0, p_ref, b / lam, n_steps, alpha=lam * a, **calibration)
 
 
 def fit_step_fraction(
@@ -80,15 +79,16 @@ def fit_step_fraction(
         The fraction minimising the mean squared difference between the
         measured and the predicted trajectories.
     """
-    observed = as_float_array("success_prob", success_prob)
+    observed = check_probability("success_prob", success_prob)
     if observed.ndim != 2 or observed.shape[0] < 2:
         raise ValueError(
             f"success_prob must have shape (iterations + 1, prompts) with at least one "
             f"iteration, got shape {observed.shape}"
         )
-    low, high = (_check_fraction(b) for b in bounds)
-    if not low < high:
-        raise ValueError(f"bounds must be increasing, got {bounds!r}")
+    beta = float(check_real("beta", beta, 0.0, open_low=True, scalar=True))
+    alpha = float(check_real("alpha", alpha, 0.0, 1.0, scalar=True))
+    low, high = check_interval("bounds", bounds, 0.0, 1.0, open_low=True)
+    resolve_calibration(**calibration)  # refuse bad keywords before the search
     n_steps = observed.shape[0] - 1
 
     def loss(log_fraction: float) -> float:

@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from ._validate import check_alpha, check_beta, check_logit, check_probability
+from ._validate import broadcast, check_alpha, check_beta, check_logit, check_probability
 from .calibration import Calibration, resolve_calibration
 from .logistic import logit
 
@@ -178,10 +178,18 @@ def fixed_points_logit(
     (``p_ref`` in {0, 1}, absorbing) have no interior fixed point.
     """
     lr = check_logit("logit_p_ref", logit_p_ref)
+    return _fixed_points_logit(lr, beta, alpha, calibration, calibration_kwargs, "logit_p_ref")
+
+
+def _fixed_points_logit(
+    lr: np.ndarray, beta: ArrayLike, alpha: ArrayLike, calibration: Calibration | None,
+    calibration_kwargs: dict[str, Any], name: str,
+) -> np.ndarray:
+    """:func:`fixed_points_logit` after the logit check; ``name`` is the caller's."""
     b = check_beta(beta)
     a = check_alpha(alpha)
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    lr, b, a = np.broadcast_arrays(lr, b, a)
+    lr, b, a = broadcast(**{name: lr, "beta": b, "alpha": a})
     shape = lr.shape
     active = (a > 0) & np.isfinite(lr)
     flat_roots = np.full((lr.size, 0), np.nan)
@@ -190,7 +198,8 @@ def fixed_points_logit(
         sub = _fixed_points_flat(lr.ravel()[act], 1.0 / (a.ravel()[act] * b.ravel()[act]), cal)
         flat_roots = np.full((lr.size, sub.shape[1]), np.nan)
         flat_roots[act] = sub
-    roots = _pad_rows(flat_roots).reshape(*shape, -1)
+    padded = _pad_rows(flat_roots)
+    roots = padded.reshape(*shape, padded.shape[-1])
     if not shape:
         return roots[~np.isnan(roots)]
     return roots
@@ -220,6 +229,5 @@ def fixed_points(
         1.0; :func:`fixed_points_logit` keeps its exact logit.
     """
     lr = logit(check_probability("p_ref", p_ref))
-    roots = fixed_points_logit(lr, beta, alpha=alpha, calibration=calibration,
-                               **calibration_kwargs)
+    roots = _fixed_points_logit(lr, beta, alpha, calibration, calibration_kwargs, "p_ref")
     return special.expit(roots)

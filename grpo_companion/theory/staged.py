@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._validate import check_alpha, check_beta, check_probability
+from ._validate import (
+    broadcast,
+    check_alpha,
+    check_beta,
+    check_count,
+    check_memory,
+    check_probability,
+)
 from .calibration import Calibration, resolve_calibration
 from .dynamics import pos_map_logit
 from .logistic import logit, sigmoid
@@ -84,15 +91,14 @@ def staged_iterate(
     calibration : Calibration, optional
         Or the :func:`~grpo_companion.theory.weights` keywords.
     """
-    for name, value, low in (("n_steps", n_steps, 0), ("stage_length", stage_length, 1)):
-        if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer) or (
-                value < low):
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    n_steps = check_count("n_steps", n_steps, 0)
+    stage_length = check_count("stage_length", stage_length, 1)
     cal = resolve_calibration(calibration, **calibration_kwargs)
     lr = logit(check_probability("p_ref", p_ref))
     b = check_beta(beta)
     a = check_alpha(alpha)
-    lr, b, a = np.broadcast_arrays(lr, b, a)
+    lr, b, a = broadcast(p_ref=lr, beta=b, alpha=a)
+    check_memory("n_steps", n_steps, 24.0 * (n_steps + 1) * lr.size, "the staged path")
     current = np.array(lr, dtype=float)
     ref = current.copy()
     logits, refs = [current.copy()], [ref.copy()]

@@ -32,7 +32,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._validate import as_float_array, check_probability_vector, check_success_mask
+from ._validate import (
+    broadcast,
+    check_count,
+    check_memory,
+    check_probability_vector,
+    check_real,
+    check_seed,
+    check_success_mask,
+)
 from .calibration import Calibration, resolve_calibration
 
 __all__ = [
@@ -55,14 +63,7 @@ def check_clip_eps(clip_eps: object) -> float | None:
     """
     if clip_eps is None:
         return None
-    try:
-        c = float(clip_eps)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as err:
-        raise ValueError(
-            f"clip_eps must be None or a number in [0, inf], got {clip_eps!r}"
-        ) from err
-    if math.isnan(c) or c < 0:
-        raise ValueError(f"clip_eps must be None or a number in [0, inf], got {clip_eps!r}")
+    c = float(check_real("clip_eps", clip_eps, 0.0, finite=False, scalar=True))
     return None if math.isinf(c) else c
 
 
@@ -78,14 +79,11 @@ def clipped_objective(ratio: ArrayLike, advantage: ArrayLike, clip_eps: float | 
     clip_eps : float or None
         Clipping half-width ``c >= 0``; ``None`` or ``inf`` disables clipping.
     """
-    x = as_float_array("ratio", ratio)
-    if (x < 0).any():
-        raise ValueError(f"ratio must be >= 0, got {float(x[x < 0].flat[0])!r}")
-    a = as_float_array("advantage", advantage)
+    x = check_real("ratio", ratio, 0.0)
+    a = check_real("advantage", advantage)
     c = check_clip_eps(clip_eps)
-    if c is None:
-        return x * a
-    return np.minimum(x * a, np.clip(x, 1.0 - c, 1.0 + c) * a)
+    x, a = broadcast(ratio=x, advantage=a)
+    return _clipped(x, a, c)
 
 
 def likelihood_ratio(policy: ArrayLike, old_policy: ArrayLike) -> np.ndarray:
@@ -96,7 +94,11 @@ def likelihood_ratio(policy: ArrayLike, old_policy: ArrayLike) -> np.ndarray:
     """
     pi = check_probability_vector("policy", policy)
     old = check_probability_vector("old_policy", old_policy)
-    pi, old = np.broadcast_arrays(pi, old)
+    pi, old = broadcast(policy=pi, old_policy=old)
+    return _likelihood_ratio(pi, old)
+
+
+def _likelihood_ratio(pi: np.ndarray, old: np.ndarray) -> np.ndarray:
     unseen = (old == 0) & (pi > 0)
     if unseen.any():
         raise ValueError(
@@ -132,11 +134,27 @@ def surrogate(
     Policies may be batched on leading axes; the last axis runs over outcomes.
     """
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    x = likelihood_ratio(policy, old_policy)
+    c = check_clip_eps(clip_eps)
+    x, old, mask = _prepare(policy, old_policy, success_mask)
+    _, _, _, adv = _advantage(old, mask, cal)
+    return np.sum(old * _clipped(x, adv, c), axis=-1)
+
+
+def _prepare(
+    policy: ArrayLike, old_policy: ArrayLike, success_mask: ArrayLike
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Checked likelihood ratio, old policy and success mask, broadcast to one shape."""
+    pi = check_probability_vector("policy", policy)
     old = check_probability_vector("old_policy", old_policy)
     mask = check_success_mask(success_mask)
-    _, _, _, adv = _advantage(old, mask, cal)
-    return np.sum(old * clipped_objective(x, adv, clip_eps), axis=-1)
+    pi, old, mask = broadcast(policy=pi, old_policy=old, success_mask=mask)
+    return _likelihood_ratio(pi, old), old, mask
+
+
+def _clipped(x: np.ndarray, a: np.ndarray, c: float | None) -> np.ndarray:
+    if c is None:
+        return x * a
+    return np.minimum(x * a, np.clip(x, 1.0 - c, 1.0 + c) * a)
 
 
 @dataclass(frozen=True)
@@ -195,9 +213,7 @@ def contrastive_terms(
     """
     cal = resolve_calibration(calibration, **calibration_kwargs)
     c = check_clip_eps(clip_eps)
-    x = likelihood_ratio(policy, old_policy)
-    old = check_probability_vector("old_policy", old_policy)
-    mask = check_success_mask(success_mask)
+    x, old, mask = _prepare(policy, old_policy, success_mask)
     p_old, w_plus, w_minus, _ = _advantage(old, mask, cal)
     up = x if c is None else np.minimum(x, 1.0 + c)
     down = x if c is None else np.maximum(x, 1.0 - c)
@@ -248,19 +264,21 @@ def monte_carlo_surrogate(
     so the estimator is unbiased; ``stderr`` is the sample standard deviation
     (``ddof=1``) over ``sqrt(n_samples)``. Only single (1-D) policies.
     """
-    n = n_samples
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 2:
-        raise ValueError(f"n_samples must be an integer >= 2, got {n_samples!r}")
+    n = check_count("n_samples", n_samples, 2)
+    check_memory("n_samples", n, 24.0 * n, "the draws")
+    check_seed("rng", rng, allow_none=True)
+    c = check_clip_eps(clip_eps)
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    old = check_probability_vector("old_policy", old_policy)
-    if old.ndim != 1:
-        raise ValueError(f"old_policy must be a single 1-D policy, got shape {old.shape}")
-    x = likelihood_ratio(policy, old)
-    if x.ndim != 1:
-        raise ValueError(f"policy must be a single 1-D policy, got shape {x.shape}")
-    mask = check_success_mask(success_mask)
+    for name, value in (("policy", policy), ("old_policy", old_policy)):
+        if check_probability_vector(name, value).ndim != 1:
+            raise ValueError(f"{name} must be a single 1-D policy, got shape "
+                             f"{np.shape(value)}")
+    x, old, mask = _prepare(policy, old_policy, success_mask)
+    if mask.ndim != 1:
+        raise ValueError(f"success_mask must be 1-D like the policies (a single policy), "
+                         f"got shape {np.shape(success_mask)}")
     _, _, _, adv = _advantage(old, mask, cal)
-    per_outcome = clipped_objective(x, adv, clip_eps)
+    per_outcome = _clipped(x, adv, c)
     gen = np.random.default_rng(rng)
     draws = gen.choice(old.size, size=int(n), p=old / old.sum())
     values = per_outcome[draws]

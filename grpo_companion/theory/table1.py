@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import special
 
+from ._validate import check_beta, check_count, check_memory, check_real, check_seed
 from .calibration import Calibration
 from .dynamics import iterate, iterate_logit, pos_map_derivative, pos_map_logit_derivative
 from .logistic import logit
@@ -68,8 +69,8 @@ class Variant:
 
 def variants(eps: float = 1e-5, alpha_two_kl: float = 0.5) -> tuple[Variant, ...]:
     """The six rows of Table 1, in the paper's order."""
-    if not 0 < alpha_two_kl < 1:
-        raise ValueError(f"alpha_two_kl must be in (0, 1), got {alpha_two_kl!r}")
+    alpha_two_kl = float(check_real("alpha_two_kl", alpha_two_kl, 0.0, 1.0, open_low=True,
+                                    open_high=True, scalar=True))
     std = Calibration("mean_std", eps)
     mean = Calibration("mean_only")
     a = float(alpha_two_kl)
@@ -138,6 +139,8 @@ def max_lemma1_bound(calibration: Calibration) -> float:
     The two-KL map ``L -> alpha L_ref + (1-alpha) L + Omega(L)/beta`` is a
     contraction in log-odds exactly when ``beta > max B / alpha``.
     """
+    if not isinstance(calibration, Calibration):
+        raise ValueError(f"calibration must be a Calibration, got {calibration!r}")
     ext = calibration.omega_prime_extrema
     grid = np.concatenate([calibration._logit_table, ext])
     return float(np.max(np.abs(calibration._omega_prime(grid))))
@@ -347,6 +350,15 @@ def _check_two_kl(v: Variant, n_grid: int) -> tuple[str, str, dict[str, float]]:
     return ("pass" if ok else "fail"), "fixed points and contraction on the grid", ev
 
 
+def _check_betas(betas: object) -> np.ndarray:
+    if betas is None or isinstance(betas, str | bytes) or np.ndim(betas) != 1:
+        raise ValueError(f"betas must be a non-empty sequence of numbers > 0, got {betas!r}")
+    values = check_beta(betas, "betas")
+    if values.size == 0:
+        raise ValueError(f"betas must be a non-empty sequence of numbers > 0, got {betas!r}")
+    return values
+
+
 def check_table1(
     *,
     eps: float = 1e-5,
@@ -359,12 +371,22 @@ def check_table1(
     seed: int = 0,
 ) -> list[RowCheck]:
     """Check the six rows of Table 1 (see the module docstring); one record per row."""
+    the_variants = variants(eps, alpha_two_kl)
+    beta_values = _check_betas(betas)
+    n_prompts = check_count("n_prompts", n_prompts, 1)
+    n_outcomes = check_count("n_outcomes", n_outcomes, 2)
+    n_steps = check_count("n_steps", n_steps, 1)
+    n_grid = check_count("n_grid", n_grid, 2)
+    check_memory("n_grid", n_grid, 8.0 * 64 * n_grid**2, "the (p_ref, beta) grid")
+    check_memory("n_steps", n_steps, 8.0 * (n_steps + 1) * n_prompts * n_outcomes
+                 * len(beta_values), "the policy paths")
+    seed = check_seed("seed", seed)
     rng = np.random.default_rng(seed)
     pi_ref, mask = _random_problem(rng, n_prompts, n_outcomes)
     out = []
-    for v in variants(eps, alpha_two_kl):
+    for v in the_variants:
         step_err, traj_err, renyi, extra = _recurrence_errors(
-            v, pi_ref, mask, np.asarray(betas, dtype=float), n_steps, rng)
+            v, pi_ref, mask, beta_values, n_steps, rng)
         if v.alpha == 1:
             status, reason, ev = _check_reference(v, n_grid)
         elif v.alpha == 0:

@@ -1,0 +1,533 @@
+"""Every public theory function refuses bad input with a ValueError that names the parameter.
+
+The public API is enumerated from ``__all__`` of ``grpo_companion.theory`` and
+of each of its public modules (plus the methods of ``Calibration``), so a new
+function is covered as soon as it is exported. Each parameter gets a *kind*
+from its name (``p_ref`` is a probability, ``beta`` a positive number,
+``n_steps`` a count, ...), the project's naming convention; a parameter
+whose name is not known here makes :func:`test_every_public_callable_has_a_spec`
+fail until a kind is given for it.
+
+For every parameter the test makes calls that are valid except for that one
+argument: NaN, ``None``, a string, a boolean, out-of-range values, non-integer
+or out-of-range counts, empty or malformed policies, shapes that do not
+broadcast, unknown calibration keywords. A call is a *clear error* when it
+raises ``ValueError`` whose message names the parameter. Empty arrays for
+elementwise parameters must give empty results instead.
+
+Run this file as a script (``python tests/theory/test_public_api_bad_input.py``)
+to print the tally of clear errors over bad calls, per function.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import pkgutil
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import grpo_companion.theory as theory
+from grpo_companion.theory import Calibration
+
+NAN, INF = math.nan, math.inf
+HUGE = 10**15
+
+# --------------------------------------------------------------------------- kinds
+# A kind: valid value, bad values (label -> value) and how the parameter is used.
+
+
+@dataclass(frozen=True)
+class Kind:
+    valid: Any
+    bad: dict[str, Any]
+    elementwise: bool = False  # broadcast against the other elementwise parameters
+    vector: bool = False  # probability vectors (last axis = outcomes)
+    optional: bool = False  # None is valid
+
+
+def _numeric(extra: dict[str, Any]) -> dict[str, Any]:
+    return {"nan": NAN, "None": None, "str": "0.5", "bool": True, "object": [0.5, None],
+            "complex": 0.5 + 1j, "nan_in_array": [0.3, NAN], **extra}
+
+
+def _scalar(extra: dict[str, Any]) -> dict[str, Any]:
+    return {**_numeric(extra), "array": [0.2, 0.3], "empty": []}
+
+
+PROB = {"below": -0.25, "above": 1.5, "inf": INF}
+PROB_OPEN = {**PROB, "zero": 0.0, "one": 1.0}
+BETA = {"zero": 0.0, "negative": -1.0, "inf": INF}
+ALPHA = {"negative": -0.5, "above": 1.5}
+
+
+def _elem(valid: Any, extra: dict[str, Any]) -> Kind:
+    return Kind(valid, _numeric(extra), elementwise=True)
+
+
+def _one(valid: Any, extra: dict[str, Any], optional: bool = False) -> Kind:
+    bad = _scalar(extra)
+    if optional:
+        bad.pop("None")
+    return Kind(valid, bad, optional=optional)
+
+
+def _count(valid: int, minimum: int, *, sizes_memory: bool = False) -> Kind:
+    bad = {"nan": NAN, "None": None, "str": str(valid), "bool": True, "float": 2.5,
+           "float_integral": float(valid), "below_minimum": minimum - 1, "array": [valid]}
+    if sizes_memory:
+        bad["huge"] = HUGE
+    return Kind(valid, bad)
+
+
+def _choice(valid: str) -> Kind:
+    return Kind(valid, {"None": None, "int": 3, "unknown": "bogus", "bool": True,
+                        "list": [valid]})
+
+
+V3 = [0.2, 0.3, 0.5]
+VECTOR_BAD = {"nan": [NAN, 0.5, 0.5], "None": None, "str": "abc", "bool": True,
+              "negative": [-0.2, 0.7, 0.5], "unnormalised": [0.2, 0.2, 0.2], "empty": [],
+              "scalar": 1.0, "inf": [INF, 0.0, 0.0], "object": [0.2, None, 0.8]}
+
+
+def _vector(valid: Any = V3, optional: bool = False) -> Kind:
+    bad = dict(VECTOR_BAD)
+    if optional:
+        bad.pop("None")
+    return Kind(valid, bad, vector=True, optional=optional)
+
+
+SEED_BAD = {"negative": -1, "float": 1.5, "str": "0", "bool": True, "huge": 2**70,
+            "array": [0, 1]}
+
+KINDS: dict[str, Kind] = {
+    # elementwise parameters
+    "p": _elem(0.3, PROB), "p_ref": _elem(0.2, PROB), "p0": _elem(0.3, PROB),
+    "p_star": _elem(0.6, PROB), "p_nu": _elem(0.3, PROB),
+    "logit_p": _elem(0.4, {}), "logit_p_ref": _elem(-1.0, {}), "logit_p0": _elem(0.5, {}),
+    "logit_gain": _elem(0.7, {}),
+    "beta": _elem(1.0, BETA), "alpha": _elem(1.0, ALPHA),
+    "w_plus": _elem(1.0, {"inf": INF}), "w_minus": _elem(0.8, {"inf": INF}),
+    "ratio": _elem(1.1, {"negative": -1.0, "inf": INF}),
+    # counts
+    "n_steps": _count(3, 0, sizes_memory=True), "n_keep": _count(2, 1),
+    "n_points": _count(50, 2, sizes_memory=True), "n_transient": _count(5, 0),
+    "n_measure": _count(5, 1), "max_period": _count(2, 1), "n_grid": _count(64, 2),
+    "n_groups": _count(20, 1), "max_chunk_values": _count(4096, 1),
+    "maxiter": _count(100, 1), "n_samples": _count(50, 2, sizes_memory=True),
+    "n_prompts": _count(2, 1), "n_outcomes": _count(3, 2),
+    "group_size": _count(4, 2, sizes_memory=True),
+    # scalars
+    "tol": _one(1e-9, {"zero": 0.0, "negative": -1.0, "inf": INF}),
+    "gtol": _one(1e-8, {"zero": 0.0, "negative": -1.0, "inf": INF}),
+    "saturation_tol": _one(1e-4, {"zero": 0.0, "one": 1.0, "negative": -0.1}),
+    "step_fraction": _one(0.5, {"zero": 0.0, "above": 1.5, "inf": INF}),
+    "order": _one(0.5, {"zero": 0.0, "one": 1.0, "negative": -0.5}),
+    "alpha_two_kl": _one(0.5, {"zero": 0.0, "one": 1.0, "above": 2.0}),
+    "eps": _one(1e-5, {"negative": -1.0, "inf": INF, "subnormal": 1e-310}),
+    "clip_eps": _one(0.2, {"negative": -0.1}, optional=True),
+    # choices and flags
+    "normalization": _choice("mean_std"), "eps_placement": _choice("sqrt"),
+    "estimator": _choice("k2"),
+    "ddof": Kind(0, {"two": 2, "bool": True, "float": 0.5, "str": "1", "None": None}),
+    "keep_path": Kind(True, {"int": 1, "str": "yes", "None": None}),
+    "seed": Kind(0, {**SEED_BAD, "None": None}),
+    "rng": Kind(0, SEED_BAD, optional=True),
+    "calibration": Kind(None, {"str": "mean_std", "int": 3, "dict": {"eps": 0.0}},
+                        optional=True),
+    "stage_length": _count(2, 1),
+    "n_halvings": _count(10, 0), "n_starts": _count(4, 2),
+    "radius0": _one(1.0, BETA),
+    "fixed_tol": _one(1e-9, {"zero": 0.0, "negative": -1.0, "inf": INF}),
+    "x_star": _elem(0.0, {"inf": INF}), "logit_star": _elem(0.0, {"inf": INF}),
+    "f": Kind(None, {"None": None, "str": "x", "int": 3}),
+    "fprime": Kind(None, {"None": None, "str": "x", "int": 3}),
+    "check": Kind(None, {"None": None, "str": "x", "int": 3}),
+    # tuples
+    "logit_range": Kind((-30.0, 30.0), {"None": None, "scalar": 3.0, "reversed": (5.0, -5.0),
+                                        "nan": (NAN, 1.0), "inf": (-INF, 1.0),
+                                        "three": (1.0, 2.0, 3.0), "str": "ab"}),
+    "bounds": Kind((1e-4, 1.0), {"None": None, "reversed": (1.0, 0.1), "zero": (0.0, 1.0),
+                                 "above": (0.1, 2.0), "nan": (NAN, 1.0),
+                                 "three": (0.1, 0.2, 0.3), "str": "ab"}),
+    "betas": Kind((1.0,), {"None": None, "empty": (), "zero": (0.0,), "nan": (NAN,),
+                           "str": "1", "negative": (-1.0,)}),
+    # policies and masks (three outcomes, the first a success)
+    "policy": _vector(), "old_policy": _vector([0.3, 0.3, 0.4]),
+    "ref_policy": _vector([0.25, 0.25, 0.5]), "pi_ref": _vector([0.25, 0.25, 0.5]),
+    "pi_prev": _vector(), "anchor": _vector([0.25, 0.25, 0.5]), "q": _vector([0.4, 0.3, 0.3]),
+    "pi_0": _vector(None, optional=True),
+    "success_mask": Kind([1, 0, 0], {"None": None, "str": "100", "fraction": [0.5, 0, 1],
+                                     "nan": [NAN, 0, 1], "empty": [], "scalar": 1,
+                                     "length": [1, 0]}, vector=True),
+    "x0": Kind(None, {"nan": [NAN, 0.0, 0.0], "str": "abc", "length": [0.0, 0.0],
+                      "inf": [INF, 0.0, 0.0], "bool": True}, optional=True),
+    "rewards": Kind([[1.0, 0.0, 0.0, 1.0]], {"nan": [[NAN, 1.0]], "None": None, "str": "x",
+                                            "bool": True, "short": [1.0], "scalar": 1.0,
+                                            "inf": [[INF, 0.0]], "object": [[1.0, None]]}),
+    "success_prob": Kind([[0.2, 0.5], [0.3, 0.55], [0.35, 0.6]],
+                         {"nan": [[NAN, 0.5], [0.3, 0.5]], "None": None, "str": "x",
+                          "one_row": [[0.2, 0.5]], "flat": [0.2, 0.3], "above": [[0.2, 1.5],
+                                                                                [0.3, 0.5]],
+                          "bool": True}),
+    "gains": Kind(None, {"None": None, "str": "x", "one": (np.ones(3),),
+                         "nan": (np.array([NAN, 1.0, 0.0]), np.zeros(3)),
+                         "mismatch": (np.ones(3), np.ones(2)),
+                         "empty": (np.array([]), np.array([]))}),
+}
+
+# Calibration keywords (for functions taking **calibration_kwargs)
+CAL_BAD: dict[str, dict[str, Any]] = {
+    "eps": {"nan": NAN, "None": None, "str": "1e-5", "bool": True, "negative": -1.0,
+            "inf": INF, "subnormal": 1e-310, "array": [1e-5, 1e-4]},
+    "normalization": {"unknown": "bogus", "None": None, "int": 3, "list": ["mean_std"]},
+    "eps_placement": {"unknown": "bogus", "None": None},
+    "group_size": {"one": 1, "float": 2.5, "bool": True, "str": "4", "huge": HUGE},
+    "ddof": {"two": 2, "bool": True, "float": 0.5},
+    "epsilon": {"unknown_keyword": 1e-5},
+}
+
+# Per-function overrides: (kind changes, valid values)
+SCALAR_P = _one(0.3, PROB)
+OVERRIDES: dict[str, dict[str, Kind]] = {
+    "cobweb_path": {"p0": _one(0.3, PROB), "p_ref": _one(0.2, PROB), "beta": _one(1.0, BETA),
+                    "alpha": _one(1.0, ALPHA)},
+    "maximise_regularised_objective": {"beta": _one(1.0, BETA), "alpha": _one(1.0, ALPHA),
+                                       "p_nu": _one(None, PROB, optional=True)},
+    "regularised_objective": {"beta": _one(1.0, BETA), "alpha": _one(1.0, ALPHA),
+                              "p_nu": _one(None, PROB, optional=True)},
+    "relaxed_iterate": {"beta": _one(1.0, BETA), "alpha": _one(1.0, ALPHA)},
+    "fit_step_fraction": {"beta": _one(1.0, BETA), "alpha": _one(1.0, ALPHA)},
+    "pos_map_derivative": {"p": _elem(0.3, PROB_OPEN)},
+    "Calibration.omega_prime": {"p": _elem(0.3, PROB_OPEN)},
+    "estimate_group_weights": {"p": _elem(0.3, PROB_OPEN), "n_groups": _count(20, 2)},
+    "scan_fixed_points": {"p_ref": _elem(0.2, PROB_OPEN)},
+    "regime_map": {"p0": Kind(None, {k: v for k, v in _numeric(PROB).items() if k != "None"},
+                              elementwise=True, optional=True)},
+    "expected_kl_gradient": {"old_policy": _vector(None, optional=True)},
+    "kl_divergence": {"p": _vector([0.2, 0.3, 0.5])},
+    "renyi_divergence": {"p": _vector([0.2, 0.3, 0.5])},
+    "reverse_kl_policy": {"advantage": Kind([1.0, -0.5, -0.5], {"nan": [NAN, 0.0, 0.0],
+                                                              "None": None, "str": "x",
+                                                              "bool": True,
+                                                              "inf": [INF, 0.0, 0.0],
+                                                              "length": [1.0, 0.0]})},
+    "clipped_objective": {"advantage": _elem(0.5, {"inf": INF}),
+                          "clip_eps": _one(0.2, {"negative": -0.1}, optional=True)},
+    "group_advantages": {"eps": _one(1e-5, {"negative": -1.0, "inf": INF})},
+    "sample_groups": {"n_groups": _count(3, 1, sizes_memory=True)},
+    "check_table1": {"n_steps": _count(2, 1), "n_grid": _count(2, 2)},
+    "orbit_tail": {"n_steps": _count(4, 1)},
+    "policy_iterate": {"n_steps": _count(2, 0)},
+    "variants": {},
+    "group_gains": {"eps": _one(1e-5, {"negative": -1.0, "inf": INF, "subnormal": 1e-310})},
+    "Calibration": {"group_size": Kind(None, {k: v for k, v in _count(4, 2, sizes_memory=True)
+                                              .bad.items() if k != "None"}, optional=True)},
+    "weights": {"group_size": Kind(None, {k: v for k, v in _count(4, 2, sizes_memory=True)
+                                          .bad.items() if k != "None"}, optional=True)},
+    "local_contraction": {"n_samples": _count(17, 3), "n_steps": _count(20, 1)},
+    "max_lemma1_bound": {"calibration": Kind(Calibration(), {"None": None, "str": "x",
+                                                            "int": 3})},
+}
+EXTRA_VALID: dict[str, dict[str, Any]] = {
+    "estimate_group_weights": {"group_size": 4},
+    "group_weights_of_logit": {"gains": Calibration(group_size=4)._gains},
+    "group_weights_prime_of_logit": {"gains": Calibration(group_size=4)._gains},
+    "period_two_orbits": {"beta": 0.05}, "period_two_orbits_logit": {"beta": 0.05},
+    "check_table1": {"n_prompts": 2, "n_outcomes": 3},
+    "local_contraction": {"f": lambda x: 0.5 * x, "fprime": lambda x: 0.5 + 0.0 * x},
+    "reference_map_contraction": {
+        "logit_star": float(theory.fixed_points_logit(-1.0, 1.0)[0]), "logit_p_ref": -1.0},
+}
+
+
+def _a_contraction_check() -> Any:
+    from grpo_companion.theory import contraction
+    return contraction.local_contraction(lambda x: 0.5 * x, lambda x: 0.5 + 0.0 * x, [0.0],
+                                         n_steps=5)
+
+
+EXTRA_VALID["uniform_contraction"] = {"check": _a_contraction_check()}
+# Data containers, enums and constants: built by the library, not called with user input.
+NOT_CALLABLE_WITH_INPUT = {
+    "DynamicsResult", "Regime", "Label", "LABEL_NAMES", "RegimeMap", "EPS_PLACEMENTS",
+    "NORMALIZATIONS", "GroupWeightEstimate", "ESTIMATOR_TARGETS", "NumericalOptimum",
+    "ContrastiveTerms", "MonteCarloEstimate", "RowCheck", "Variant", "ContractionCheck",
+    "StagedPath",
+}
+# Result fields that do not depend on the batch of inputs (not empty for an empty batch).
+BATCH_FREE_FIELDS = {"staged_iterate": {"stage"}}
+CALIBRATION_METHODS = ("weights", "weights_of_logit", "log_weights_of_logit", "omega",
+                       "omega_of_logit", "omega_prime", "omega_prime_of_logit")
+
+
+# ---------------------------------------------------------------------- the API
+def public_callables() -> dict[str, Callable[..., Any]]:
+    """Every exported callable of the theory package, keyed by a unique name."""
+    modules = [theory] + [importlib.import_module(f"grpo_companion.theory.{m.name}")
+                          for m in pkgutil.iter_modules(theory.__path__)
+                          if not m.name.startswith("_")]
+    out: dict[str, Callable[..., Any]] = {}
+    seen: set[int] = set()
+    for module in modules:
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name)
+            if name in NOT_CALLABLE_WITH_INPUT or id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            out[name] = obj
+    cal = Calibration()
+    for method in CALIBRATION_METHODS:
+        if hasattr(cal, method):
+            out[f"Calibration.{method}"] = getattr(cal, method)
+    return out
+
+
+def _signature(func: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(func)
+
+
+def kinds_of(name: str, func: Callable[..., Any]) -> dict[str, Kind]:
+    """Kind of every named parameter of ``func`` (KeyError for an unknown name)."""
+    out = {}
+    for param in _signature(func).parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            continue
+        out[param.name] = OVERRIDES.get(name, {}).get(param.name) or KINDS[param.name]
+    return out
+
+
+def takes_calibration_keywords(func: Callable[..., Any]) -> bool:
+    return any(p.kind is p.VAR_KEYWORD for p in _signature(func).parameters.values())
+
+
+def valid_call(name: str, func: Callable[..., Any]) -> dict[str, Any]:
+    kwargs = {param: kind.valid for param, kind in kinds_of(name, func).items()}
+    for param, value in EXTRA_VALID.get(name, {}).items():
+        kwargs[param] = value
+    return kwargs
+
+
+@dataclass(frozen=True)
+class BadCall:
+    function: str
+    parameter: str
+    label: str
+    kwargs: dict[str, Any]
+    names: tuple[str, ...]  # an acceptable message names one of these
+
+
+def bad_calls(name: str, func: Callable[..., Any]) -> list[BadCall]:
+    """Every bad call of ``func``: one wrong argument, the others valid."""
+    base = valid_call(name, func)
+    kinds = kinds_of(name, func)
+    out = []
+    for param, kind in kinds.items():
+        for label, value in kind.bad.items():
+            out.append(BadCall(name, param, label, {**base, param: value}, (param,)))
+    elementwise = [p for p, k in kinds.items() if k.elementwise]
+    for first, second in zip(elementwise, elementwise[1:], strict=False):
+        a, b = (0.3 if base[k] is None else base[k] for k in (first, second))  # p0=None
+        out.append(BadCall(name, f"{first}+{second}", "shapes",
+                           {**base, first: np.full(2, a), second: np.full(3, b)},
+                           (first, second)))
+    vectors = [p for p, k in kinds.items() if k.vector and base[p] is not None]
+    if len(vectors) >= 2:
+        param = vectors[0]
+        two = [True, False] if param == "success_mask" else [0.5, 0.5]
+        out.append(BadCall(name, f"{param}+outcomes", "shapes", {**base, param: two},
+                           tuple(vectors)))
+    if takes_calibration_keywords(func):
+        for key, bads in CAL_BAD.items():
+            for label, value in bads.items():
+                out.append(BadCall(name, key, label, {**base, key: value}, (key,)))
+    return out
+
+
+def outcome(call: BadCall, func: Callable[..., Any]) -> str:
+    """``"clear"`` or a description of what went wrong."""
+    try:
+        with np.errstate(all="ignore"):
+            func(**call.kwargs)
+    except ValueError as err:
+        text = str(err)
+        if any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", text)
+               for n in call.names):
+            return "clear"
+        return f"ValueError without the parameter name: {text[:120]}"
+    except Exception as err:  # noqa: BLE001 - any other exception is the finding
+        return f"{type(err).__name__}: {str(err)[:120]}"
+    return "accepted (no error)"
+
+
+def _arrays(result: Any) -> list[np.ndarray]:
+    if isinstance(result, np.ndarray):
+        return [result]
+    if isinstance(result, tuple | list):
+        return [a for item in result for a in _arrays(item)]
+    if is_dataclass(result):
+        return [a for f in fields(result) for a in _arrays(getattr(result, f.name))]
+    return []
+
+
+def empty_calls(name: str, func: Callable[..., Any]) -> list[tuple[str, dict[str, Any]]]:
+    base = valid_call(name, func)
+    out = []
+    for param, kind in kinds_of(name, func).items():
+        if kind.elementwise:
+            out.append((param, {**base, param: np.array([])}))
+        elif kind.vector and base[param] is not None and param != "success_mask":
+            out.append((param, {**base, param: np.zeros((0, len(base[param])))}))
+    return out
+
+
+def tally() -> dict[str, Any]:
+    funcs = public_callables()
+    per_function: dict[str, list[int]] = {}
+    failures = []
+    for name, func in sorted(funcs.items()):
+        try:
+            calls = bad_calls(name, func)
+        except KeyError as err:  # a parameter without a kind: see the spec test
+            failures.append((name, str(err), "no spec", "not counted"))
+            continue
+        results = [outcome(c, func) for c in calls]
+        per_function[name] = [sum(r == "clear" for r in results), len(results)]
+        failures += [(c.function, c.parameter, c.label, r)
+                     for c, r in zip(calls, results, strict=True) if r != "clear"]
+    clear = sum(v[0] for v in per_function.values())
+    total = sum(v[1] for v in per_function.values())
+    return {"functions": len(funcs), "bad_calls": total, "clear_errors": clear,
+            "share": clear / total, "per_function": per_function, "failures": failures}
+
+
+# ----------------------------------------------------------------------- tests
+FUNCS = public_callables()
+
+
+def test_every_public_callable_has_a_spec():
+    unknown = {}
+    for name, func in FUNCS.items():
+        try:
+            kinds_of(name, func)
+        except KeyError as err:
+            unknown[name] = str(err)
+    assert not unknown, f"give these parameters a kind in KINDS or OVERRIDES: {unknown}"
+    assert len(FUNCS) >= 60, sorted(FUNCS)
+
+
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_valid_call_works(name):
+    func = FUNCS[name]
+    with np.errstate(invalid="raise"):  # no NaN made along the way
+        func(**valid_call(name, func))
+
+
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_every_bad_call_is_a_clear_error(name):
+    func = FUNCS[name]
+    wrong = [(c.parameter, c.label, outcome(c, func)) for c in bad_calls(name, func)]
+    wrong = [w for w in wrong if w[2] != "clear"]
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_empty_arrays_give_empty_results(name):
+    func = FUNCS[name]
+    for param, kwargs in empty_calls(name, func):
+        try:
+            result = func(**kwargs)
+        except ValueError as err:
+            # only functions of one policy or one number may refuse an empty batch
+            assert param in str(err), (param, str(err))
+            assert "single" in str(err) or "1-D" in str(err), (param, str(err))
+            continue
+        if name in BATCH_FREE_FIELDS:  # e.g. the stage index of each step
+            result = {k: v for k, v in vars(result).items() if k not in BATCH_FREE_FIELDS[name]}
+            result = tuple(result.values())
+        arrays = _arrays(result)
+        assert arrays and all(a.size == 0 for a in arrays), (param, result)
+
+
+# Random bad values: an otherwise valid array with one entry made bad, a bad
+# scalar of a random value, or a random string, for a random parameter.
+def _bad_number(kind: Kind) -> st.SearchStrategy[Any]:
+    """NaN, a non-number, or a float outside the kind's range."""
+    options = [st.just(NAN), st.text(max_size=4), st.booleans(), st.none()]
+    if "below" in kind.bad or "negative" in kind.bad:
+        options.append(st.floats(max_value=-1e-300, allow_nan=False))
+    if "zero" in kind.bad:
+        options.append(st.just(0.0))
+    if "above" in kind.bad:
+        options.append(st.floats(min_value=1.0 + 1e-9, allow_nan=False))
+    if "inf" in kind.bad:
+        options.append(st.just(INF))
+    return st.one_of(*options)
+
+
+def _bad_for(kind: Kind) -> st.SearchStrategy[Any]:
+    if kind.elementwise and kind.valid is not None:
+        def plant(shape: tuple[int, ...], index: int, bad: Any) -> Any:
+            if isinstance(bad, str | bool) or bad is None:
+                return bad
+            arr = np.full(shape, float(kind.valid))
+            arr.flat[index % arr.size] = bad
+            return arr
+        return st.builds(plant, st.tuples(st.integers(1, 3), st.integers(1, 3)),
+                         st.integers(0, 8), _bad_number(kind))
+    if kind.bad.get("float") == 2.5:  # counts
+        return st.one_of(st.floats(allow_nan=True).filter(lambda x: not float(x).is_integer()),
+                         st.integers(max_value=-1), st.text(max_size=3), st.booleans())
+    if isinstance(kind.valid, str):  # choices
+        return st.text(max_size=8).filter(lambda s: s != kind.valid and s not in (
+            "mean_std", "mean_only", "sqrt", "std", "exact", "k1", "k2", "k3", "k3_ratio"))
+    if kind.vector:
+        def spoil(weights: list[float], index: int, bad: float) -> list[float]:
+            total = sum(weights)
+            vec = [w / total for w in weights]
+            vec[index % len(vec)] = bad
+            return vec
+        return st.builds(spoil, st.lists(st.floats(0.1, 1.0), min_size=3, max_size=3),
+                         st.integers(0, 2), st.sampled_from([NAN, -0.3, INF, 2.0]))
+    return st.sampled_from(list(kind.bad.values()))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_random_bad_values_are_clear_errors(name, data):
+    func = FUNCS[name]
+    kinds = kinds_of(name, func)
+    param = data.draw(st.sampled_from(sorted(kinds)), label="parameter")
+    kind = kinds[param]
+    value = data.draw(_bad_for(kind), label="value")
+    if kind.vector and param == "success_mask":
+        value = data.draw(st.sampled_from(list(kind.bad.values())), label="mask")
+    call = BadCall(name, param, "random", {**valid_call(name, func), param: value}, (param,))
+    if kind.vector:  # a malformed policy may be reported by the parameter it must match
+        call = BadCall(name, param, "random", call.kwargs,
+                       tuple(p for p, k in kinds.items() if k.vector))
+    result = outcome(call, func)
+    assert result == "clear", (param, value, result)
+
+
+if __name__ == "__main__":  # the tally for the issue report
+    import json
+
+    report = tally()
+    json.dump({k: v for k, v in report.items() if k != "failures"}, sys.stdout, indent=1)
+    print()
+    for failure in report["failures"]:
+        print(" | ".join(str(x) for x in failure))
+    print(f"clear errors: {report['clear_errors']} of {report['bad_calls']} bad calls "
+          f"({100 * report['share']:.1f}%) over {report['functions']} callables")
