@@ -10,6 +10,8 @@ loss into your own loop):
 - :mod:`~grpo_companion.rl.trainer`: ``TrainConfig`` and ``train`` (Algorithm 1
   and its exact version);
 - :mod:`~grpo_companion.rl.io`: atomic file writes;
+- :mod:`~grpo_companion.rl.history`: the append-only metric history that keeps
+  every checkpoint the same size;
 - :mod:`~grpo_companion.rl.cli`: ``python -m grpo_companion train``.
 """
 

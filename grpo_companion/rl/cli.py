@@ -19,8 +19,8 @@ from grpo_companion.rl.trainer import (
     OPTIMIZERS,
     TASKS,
     TrainConfig,
-    check_out_dir,
-    train,
+    TrainingFault,
+    prepare_run,
 )
 
 _DEFAULTS = TrainConfig()
@@ -163,23 +163,60 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     for name in ("beta", "alpha", "eps", "temperature", "lr", "p_ref_zero_fraction"):
         if values[name] is not None and math.isnan(values[name]):
             raise ValueError(f"--{name.replace('_', '-')} must be a number, got nan")
-    return TrainConfig(**values)
+    try:
+        return TrainConfig(**values)
+    except ValueError as err:  # name the option as typed: --group-size, not group_size
+        text = str(err)
+        options = {"clip_eps_low": "--clip-eps", "progress": "--no-progress"}
+        for name in sorted(values, key=len, reverse=True):
+            if text.startswith(f"{name} "):
+                option = options.get(name, f"--{name.replace('_', '-')}")
+                text = f"{option}{text[len(name):]}"
+                break
+        raise ValueError(text) from None
+
+
+def _error(message: str) -> None:
+    text = " ".join(str(message).split())  # one line
+    print(f"python -m grpo_companion train: error: {text}", file=sys.stderr)
 
 
 def run_train(args: argparse.Namespace) -> int:
     """Validate everything, then train; returns the process exit status.
 
-    Exit 2 (nothing written) for invalid options; 0 after a complete run.
-    An interruption or failure midway leaves the last checkpoint and the
-    atomically written ``run.json``, never a half-written file.
+    - 2, nothing written: invalid options, an output folder that cannot be
+      used, or (``--resume``) a checkpoint that is unreadable or of another
+      configuration.
+    - 1: the run failed midway (it diverged, a solve failed, a file could not
+      be written); ``run.json`` says ``"failed"`` with the message.
+    - 130: interrupted (Ctrl-C); ``run.json`` says ``"interrupted"`` and
+      ``--resume`` continues from the last checkpoint.
+    - 0 after a complete run.
+
+    Each error is one line on stderr, without a traceback. Files are written
+    atomically, so a stopped run never leaves a half-written one.
     """
     try:
         config = config_from_args(args)
-        out = check_out_dir(args.out, resume=args.resume)
+        prepared = prepare_run(config, out_dir=args.out, resume=args.resume)
     except ValueError as err:
-        print(f"python -m grpo_companion train: error: {err}", file=sys.stderr)
+        _error(str(err))
         return 2
-    result = train(config, out_dir=out, resume=args.resume)
+    out = prepared.out
+    try:
+        result = prepared.run()
+    except KeyboardInterrupt:
+        _error(f"interrupted; run.json in {out} says so, and --resume continues from the "
+               "last checkpoint")
+        return 130
+    except TrainingFault as err:
+        _error(f"{err} (recorded in {out / 'run.json' if out else 'no folder'})")
+        return 1
+    except OSError as err:  # e.g. the disk filled up or became read-only during the run
+        where = f" {err.filename!r}" if err.filename else ""
+        _error(f"cannot write{where}: {err.strerror or err}; the run stopped, --resume "
+               "continues from the last checkpoint")
+        return 1
     final = result.success_prob[-1]
     print(f"done: {config.iterations} iterations on {result.device}; mean PoS "
           f"{result.success_prob[0].mean():.4f} -> {final.mean():.4f}; results in {out}")

@@ -1,14 +1,19 @@
 """Atomic file writes: every file the trainer leaves behind is complete or absent.
 
-Each writer puts the bytes in a temporary file in the destination folder, flushes
-and fsyncs it, then moves it over the destination with ``os.replace``, which
-is atomic on POSIX and Windows. An interrupted run therefore never leaves a
-half-written CSV, JSON or checkpoint.
+Each writer puts the bytes in a temporary file ``.<name>.<random>.tmp`` in the
+destination folder, flushes and fsyncs it, then moves it over the destination
+with ``os.replace``, which is atomic on POSIX and Windows. An interrupted run
+therefore never leaves a half-written CSV, JSON or checkpoint; a process killed
+outright (SIGKILL) can leave the temporary file, which
+:func:`remove_stale_temporaries` deletes when the run is resumed. Files get the
+permissions of any newly created file (``0o666`` less the user's umask), not
+the ``0o600`` of a bare temporary file.
 """
 
 from __future__ import annotations
 
 import csv
+import glob
 import io
 import json
 import os
@@ -20,11 +25,24 @@ from typing import IO, Any
 import torch
 
 
+def _umask() -> int:
+    """The process umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _temporary_prefix(name: str) -> str:
+    return f".{name}."
+
+
 def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path.name), suffix=".tmp",
+                               dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0o600; use what open() would
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -85,3 +103,18 @@ def read_csv(path: str | os.PathLike[str]) -> list[dict[str, str]]:
 def atomic_torch_save(path: str | os.PathLike[str], obj: Any) -> None:
     """``torch.save`` ``obj`` to ``path`` atomically."""
     _atomic_write(Path(path), lambda handle: torch.save(obj, handle))
+
+
+def remove_stale_temporaries(folder: str | os.PathLike[str], names: Iterable[str]) -> list[Path]:
+    """Delete the temporary files that atomic writes of ``names`` left in ``folder``.
+
+    Only files named ``.<name>.<anything>.tmp`` for one of ``names`` are removed
+    (what a process killed during a write leaves behind); returns their paths.
+    """
+    removed = []
+    for name in names:
+        for leftover in Path(folder).glob(f"{glob.escape(_temporary_prefix(name))}*.tmp"):
+            if leftover.is_file() and not leftover.is_symlink():
+                leftover.unlink()
+                removed.append(leftover)
+    return removed

@@ -131,12 +131,21 @@ def kl_penalty(
         return -diff
     if kl == "k2":
         return 0.5 * diff.square()
-    k3 = torch.expm1(diff) - diff
     if kl == "k3":
-        return k3
+        return torch.expm1(diff) - diff
     if old_logp is None:
         raise ValueError("kl='k3_ratio' needs old_logp, got None")
-    return torch.exp(logp - old_logp) * k3
+    # (pi / pi_old) k3 = exp(logp - old) (e^d - d - 1). Where the policy has fallen far
+    # below the anchor (d large) e^d overflows while the ratio underflows (inf * 0 = NaN in
+    # float32 from d ~ 88), so there it is formed as exp(anchor - old) - ratio (d + 1), the
+    # same number without the overflow; near d = 0 that form would cancel, and the product
+    # is kept. Each branch sees only its own range of d, so no inf reaches the gradient.
+    ratio = torch.exp(logp - old_logp)
+    near = diff.clamp(max=1.0)
+    far = diff.clamp(min=1.0)
+    small = ratio * (torch.expm1(near) - near)
+    large = torch.exp(anchor_logp - old_logp) - ratio * (far + 1.0)
+    return torch.where(diff <= 1.0, small, large)
 
 
 def _clip_bounds(

@@ -29,14 +29,26 @@ Logged per iteration and prompt (``metrics.csv``; iteration 0 is pi_ref):
 
 ``iterations.csv`` has one row per iteration: ``loss`` (mean over the mu
 steps), ``mean_reward`` of the sampled outputs and the batch ``clip_fraction``.
+
+Reliability. Everything that can be checked is checked before anything is
+written (:func:`prepare_run`: the configuration, including an estimate of its
+memory, the output folder and, on resume, the checkpoint). ``run.json``
+records the status: ``"running"``, ``"complete"``, ``"failed"`` (with the
+error: the run diverged, an exact solve did not converge, a file could not be
+written) or ``"interrupted"``. A metric or parameter that becomes inf or NaN
+stops the run (:class:`TrainingFault`) instead of being written. Checkpoints
+have a constant size (the metrics go to the append-only ``history.bin``, see
+:mod:`grpo_companion.rl.history`) and load with ``weights_only=True``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -50,6 +62,7 @@ import torch
 from tqdm import tqdm  # plain text bar: tqdm.auto warns on stderr without ipywidgets
 
 from grpo_companion.rl import io, losses
+from grpo_companion.rl.history import HISTORY, HistoryError, MetricHistory
 from grpo_companion.rl.policies import TabularSoftmaxPolicy, TinyCausalTransformer
 from grpo_companion.rl.tasks import (
     EOS,
@@ -69,9 +82,32 @@ DTYPES = ("float32", "float64")
 METRICS = ("success_prob", "kl_ref", "kl_prev", "entropy", "clip_fraction")
 ITERATION_METRICS = ("loss", "mean_reward", "clip_fraction")
 CHECKPOINT = "checkpoint.pt"
+#: Bumped when the checkpoint layout changes (older checkpoints are refused, not misread).
+CHECKPOINT_FORMAT = 2
+#: Files a run folder holds (the history only until the run completes).
+RUN_FILES = ("run.json", CHECKPOINT, HISTORY, "metrics.csv", "iterations.csv")
 _LOG_TINY = math.log(1e-300)
 #: ``run.json`` fields that may differ between an interrupted run and its resumption.
 RUN_ONLY_FIELDS = ("progress", "device")
+#: Valid ranges of the knobs whose extremes break float arithmetic: outside them the KL
+#: term over- or underflows float32, tempered logits leave the float range, or one
+#: optimiser step moves logits beyond what float32 holds (and the exact solve loses
+#: precision). They are far wider than any useful setting.
+BETA_RANGE = (1e-6, 1e6)
+LR_MAX = 1e3
+TEMPERATURE_RANGE = (1e-3, 1e3)
+MAX_SEED = 2**64 - 1  # torch and numpy generators take 64-bit seeds
+#: A logit gap of this many nats moves a whole class below float64's smallest number
+#: from anywhere in the tabular policies' range (logits >= ZERO_LOGIT = -1e4).
+_EXACT_GAP_CAP = 3.0e4
+
+
+class TrainingFault(RuntimeError):
+    """A run that cannot go on: it diverged, a solve failed, or its files cannot be written.
+
+    ``run.json`` is then marked ``"failed"`` with the message, the last
+    checkpoint stays, and the command line prints the message (exit status 1).
+    """
 
 
 def _is_int(value: object, low: int) -> bool:
@@ -181,9 +217,17 @@ class TrainConfig:
     exact_max_iter: int = 500
 
     def __post_init__(self) -> None:
-        if self.p_ref is not None:
-            object.__setattr__(self, "p_ref", tuple(float(v) for v in self.p_ref))
-        object.__setattr__(self, "p_ref_beta", tuple(self.p_ref_beta))
+        for name in ("p_ref", "p_ref_beta"):
+            value = getattr(self, name)
+            if value is None and name == "p_ref":
+                continue
+            try:
+                if isinstance(value, str | bytes):
+                    raise TypeError
+                converted = tuple(value)
+            except TypeError:
+                raise ValueError(f"{name} must be a sequence of numbers, got {value!r}") from None
+            object.__setattr__(self, name, converted)
         self._validate()
 
     def _validate(self) -> None:
@@ -205,9 +249,10 @@ class TrainConfig:
         for name in positive:
             if not _is_int(getattr(self, name), 1):
                 raise bad(name, "an int >= 1")
-        for name in ("seed", "sft_steps"):
-            if not _is_int(getattr(self, name), 0):
-                raise bad(name, "an int >= 0")
+        if not _is_int(self.seed, 0) or self.seed > MAX_SEED:
+            raise bad("seed", "an int in [0, 2**64 - 1] (generators take 64-bit seeds)")
+        if not _is_int(self.sft_steps, 0):
+            raise bad("sft_steps", "an int >= 0")
         for name in ("ref_reset_every", "prompts_per_iteration", "n_success"):
             if getattr(self, name) is not None and not _is_int(getattr(self, name), 1):
                 raise bad(name, "None or an int >= 1")
@@ -219,23 +264,30 @@ class TrainConfig:
             raise bad("group_size", f"an int >= {1 + self.ddof} when ddof={self.ddof}")
         if not _is_int(self.n_outputs, 2):
             raise bad("n_outputs", "an int >= 2")
-        if not _is_real(self.beta, 0.0, open_low=True) or math.isinf(self.beta):
-            raise bad("beta", "a finite number > 0")
+        low, high = BETA_RANGE
+        if not _is_real(self.beta, low, high):
+            raise bad("beta", f"a number in [{low:g}, {high:g}] (beyond it the KL term over- or "
+                              "underflows float32 and the exact solve loses precision)")
         for name in ("alpha", "p_ref_zero_fraction"):
             if not _is_real(getattr(self, name), 0.0, 1.0):
                 raise bad(name, "a number in [0, 1]")
         if not _is_real(self.eps, 0.0) or math.isinf(self.eps):
             raise bad("eps", "a finite number >= 0")
-        for name in ("temperature", "exact_tol", "sft_lr", "carry_error_span"):
+        low, high = TEMPERATURE_RANGE
+        if not _is_real(self.temperature, low, high):
+            raise bad("temperature", f"a number in [{low:g}, {high:g}] (beyond it the tempered "
+                                     "logits leave the float range, or sampling is greedy or "
+                                     "uniform)")
+        for name in ("exact_tol", "sft_lr", "carry_error_span"):
             if not _is_real(getattr(self, name), 0.0, open_low=True) or math.isinf(
                 getattr(self, name)
             ):
                 raise bad(name, "a finite number > 0")
         if not _is_real(self.exact_step, 0.0, 1.0, open_low=True):
             raise bad("exact_step", "a number in (0, 1]")
-        if self.lr is not None and (not _is_real(self.lr, 0.0, open_low=True)
-                                    or math.isinf(self.lr)):
-            raise bad("lr", "None or a finite number > 0")
+        if self.lr is not None and not _is_real(self.lr, 0.0, LR_MAX, open_low=True):
+            raise bad("lr", f"None or a number in (0, {LR_MAX:g}] (a larger step moves the "
+                            "logits beyond what float32 holds)")
         if not _is_real(self.logit_scale, 0.0) or math.isinf(self.logit_scale):
             raise bad("logit_scale", "a finite number >= 0")
         losses._clip_bounds(self.clip_eps_low, self.clip_eps_high)
@@ -266,12 +318,74 @@ class TrainConfig:
             limit = self.n_prompts if self.task == "bandit" else n_pairs - self.n_eval_prompts
             if self.prompts_per_iteration > limit:
                 raise bad("prompts_per_iteration", f"None or an int in [1, {limit}]")
-        resolve_device(self.device)
+        if not self.exact and self.optimizer == "lbfgs" and self.kl == "k1":
+            raise ValueError(
+                "optimizer='lbfgs' cannot be combined with kl='k1': L-BFGS minimises the "
+                "sampled objective to convergence, and the k1 penalty (log pi - log pi_ref on "
+                "the sampled outputs) is unbounded below, so there is no minimum to reach; use "
+                "kl='k2', 'k3', 'k3_ratio' or 'exact', or optimizer='adam' or 'sgd'")
+        device = resolve_device(self.device)
+        need, what = estimate_memory(self)
+        have = _device_memory(device)
+        if need > have:
+            raise ValueError(
+                f"this configuration needs about {need / 2**30:.3g} GiB ({what}), more than "
+                f"the {have / 2**30:.3g} GiB of memory of {device}; make it smaller")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dictionary of every field."""
         return {k: list(v) if isinstance(v, tuple) else v
                 for k, v in dataclasses.asdict(self).items()}
+
+
+def _device_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    from grpo_companion.theory._validate import memory_limit_bytes
+
+    return memory_limit_bytes()
+
+
+def estimate_memory(config: TrainConfig) -> tuple[float, str]:
+    """A lower estimate of the peak memory of a run, in bytes, and what dominates it.
+
+    Counts the largest tensors of each phase (a few float arrays per sampled
+    output or policy entry, transformer activations per token) and the metric
+    history kept in memory; real use is higher by a modest factor. Used to
+    refuse, before anything is allocated, runs that cannot fit.
+    """
+    item = 8 if config.exact or config.dtype == "float64" else 4
+    tracked = config.n_prompts if config.task == "bandit" else config.n_eval_prompts
+    history = 8.0 * (config.iterations + 1) * tracked * (len(METRICS) + 1)
+    parts = {"the metric history": history}
+    if config.task == "bandit":
+        table = float(config.n_prompts) * config.n_outputs
+        parts["the tabular policies"] = table * 8 * 8
+        if not config.exact:
+            batch = config.prompts_per_iteration or config.n_prompts
+            rows = float(batch) * config.group_size
+            parts[f"{rows:.3g} sampled outputs per iteration (group_size x prompts)"] = (
+                rows * (3 * 8 + 10 * item) + 4 * batch * config.n_outputs * item)
+    else:
+        n_pairs = (config.max_operand + 1) ** 2
+        batch = config.prompts_per_iteration or min(64, n_pairs - config.n_eval_prompts)
+        length = 7 + len(str(2 * config.max_operand)) + 1
+        d, layers, vocab = config.d_model, config.n_layers, VOCAB_SIZE
+        params = layers * 12.0 * d * d + (vocab + length) * d + d * vocab
+        parts["the transformer's parameters and optimiser state"] = params * 4 * 5
+        # activations per sequence: ~12 d-wide tensors per layer (qkv, attention, MLP 4d,
+        # norms) plus heads x length x length attention weights, and the logits
+        per_row = length * (layers * (12.0 * d + config.n_heads * length) + 2 * vocab) * 4
+        train_rows = float(batch) * config.group_size
+        parts[f"{train_rows:.3g} sampled sequences per iteration (group_size x prompts)"] = (
+            train_rows * per_row * 2)  # activations kept for the backward pass
+        eval_rows = float(config.n_eval_prompts) * config.eval_samples
+        parts[f"{eval_rows:.3g} evaluation sequences (n_eval_prompts x eval_samples)"] = (
+            eval_rows * per_row)
+        parts[f"{config.sft_batch_size} pre-training sequences per step"] = (
+            float(config.sft_batch_size) * per_row * 2)
+    what = max(parts, key=parts.__getitem__)
+    return float(sum(parts.values())), f"mostly {what}"
 
 
 def resolve_device(device: str) -> torch.device:
@@ -395,29 +509,60 @@ class _Run:
                 generator=sft_generator)
             self.ref_policy = _frozen_copy(self.policy)
 
-    def state(self) -> dict[str, Any]:
-        return {
+    def state(self, history_digest: str, *, final: bool) -> dict[str, Any]:
+        """The checkpoint: constant size, except the final one, which holds the history too."""
+        state = {
+            "format": CHECKPOINT_FORMAT,
             "iteration": self.iteration,
             "config": self.config.to_dict(),
             "policy": self.policy.state_dict(),
             "ref_policy": self.ref_policy.state_dict(),
             "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
             "generator": self.generator.get_state(),
-            "metrics": {m: torch.as_tensor(np.stack(v)) for m, v in self.metrics.items()},
-            "iteration_rows": self.iteration_rows,
             "sft_losses": self.sft_losses,
+            "history_records": self.iteration + 1,
+            "history_sha256": history_digest,
         }
+        if final:
+            state["metrics"] = {m: torch.as_tensor(np.stack(v)) for m, v in self.metrics.items()}
+            state["iteration_rows"] = self.iteration_rows
+        return state
 
-    def load(self, state: dict[str, Any]) -> None:
-        self.iteration = state["iteration"]
-        self.policy.load_state_dict(state["policy"])
-        self.ref_policy.load_state_dict(state["ref_policy"])
-        if self.optimizer is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
-        self.generator.set_state(state["generator"])
-        self.metrics = {m: list(state["metrics"][m].numpy()) for m in METRICS}
-        self.iteration_rows = list(state["iteration_rows"])
-        self.sft_losses = list(state["sft_losses"])
+    def load(self, state: dict[str, Any], path: Path) -> None:
+        """Restore the state of a checkpoint (not the history); ValueError if it does not fit."""
+        try:
+            self.iteration = state["iteration"]
+            self.policy.load_state_dict(state["policy"])
+            self.ref_policy.load_state_dict(state["ref_policy"])
+            if self.optimizer is not None:
+                self.optimizer.load_state_dict(state["optimizer"])
+            self.generator.set_state(state["generator"])
+            self.sft_losses = [float(v) for v in state["sft_losses"]]
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(f"cannot resume from {str(path)!r}: its saved state does not fit "
+                             f"this run ({type(err).__name__}: {str(err)[:200]})") from None
+
+    def load_history(self, state: dict[str, Any], history: MetricHistory | None,
+                     path: Path) -> None:
+        """The metrics so far: from a final checkpoint, or from ``history.bin`` (checked)."""
+        try:
+            if "metrics" in state:
+                metrics = {m: list(state["metrics"][m].double().cpu().numpy()) for m in METRICS}
+                rows = [dict(r) for r in state["iteration_rows"]]
+            else:
+                assert history is not None
+                metrics, rows = history.read(state["history_records"], state["history_sha256"])
+        except HistoryError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise ValueError(f"cannot resume from {str(path)!r}: its metrics are damaged "
+                             f"({type(err).__name__})") from None
+        if len(rows) != self.iteration or any(
+                len(v) != self.iteration + 1 or np.shape(v[-1]) != (len(self.tracked),)
+                for v in metrics.values()):
+            raise ValueError(f"cannot resume from {str(path)!r}: its metrics do not match its "
+                             "iteration count")
+        self.metrics, self.iteration_rows = metrics, rows
 
 
 def _frozen_copy(module: torch.nn.Module) -> torch.nn.Module:
@@ -453,8 +598,8 @@ def _exact_step(run: _Run, old: TabularSoftmaxPolicy) -> dict[str, float]:
         prev_logp = old.log_probs()
         ref_logp = run.ref_policy.log_probs()
         logit_prev = task.success_logit(prev_logp).cpu().numpy()
-    w_plus, w_minus = (torch.as_tensor(np.asarray(w, dtype=np.float64), device=run.device)
-                       for w in _calibration(config).weights_of_logit(logit_prev))
+    w_plus, w_minus, capped, log_w = _exact_weights(config, logit_prev)
+    w_plus, w_minus = (torch.as_tensor(w, device=run.device) for w in (w_plus, w_minus))
     success = task.success.to(run.device)
     step = config.exact_step / config.beta
     logits = run.policy.logits
@@ -475,13 +620,58 @@ def _exact_step(run: _Run, old: TabularSoftmaxPolicy) -> dict[str, float]:
             gap = float((high - low).max()) / config.beta
             if gap <= config.exact_tol:
                 break
-            logits.copy_(torch.log_softmax(logp + step * grad_pi, dim=-1))
+            # a constant per prompt does not change the step; taking off the largest keeps
+            # the numbers near 0 where the policy has mass (tiny beta, huge weights)
+            logits.copy_(torch.log_softmax(logp + step * (grad_pi - high[:, None]), dim=-1))
     else:
-        raise RuntimeError(f"exact inner solve did not converge in exact_max_iter="
-                           f"{config.exact_max_iter} steps (stationarity gap {gap:.3g} > "
-                           f"exact_tol={config.exact_tol})")
-    return {"loss": -float(objective.detach().mean()), "mean_reward": math.nan,
-            "clip_fraction": math.nan}
+        raise TrainingFault(f"exact inner solve did not converge in exact_max_iter="
+                            f"{config.exact_max_iter} steps at iteration {run.iteration} "
+                            f"(stationarity gap {gap:.3g} > exact_tol={config.exact_tol})")
+    value = objective.detach()
+    if capped.any():
+        # the weights were scaled down where the step is beyond float64 anyway; report the
+        # objective with the true weights, each term formed in log space (no inf * 0)
+        value = _exact_objective_log(logits.detach(), success, log_w, config, ref_logp,
+                                     prev_logp)
+    return {"loss": -float(value.mean()), "mean_reward": math.nan, "clip_fraction": math.nan}
+
+
+def _exact_weights(config: TrainConfig, logit_prev: np.ndarray) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Calibration weights for the exact step, finite even where they overflow float64.
+
+    Only ``Omega / beta = (w+ + w-) / beta``, the logit gap between the classes
+    after the step, decides the maximiser. Where it exceeds ``_EXACT_GAP_CAP``
+    nats (``eps = 0`` near p in {0, 1}, where ``w-`` or ``w+`` is beyond
+    float64) the step moves the losing class below float64's smallest number
+    whatever the exact gap, so both weights are scaled by one factor to make
+    the gap equal to the cap: the same float64 policy, without inf * 0.
+    Returns the weights, where they were scaled, and the true log-weights.
+    """
+    cal = _calibration(config)
+    w_plus, w_minus = (np.asarray(w, dtype=np.float64) for w in cal.weights_of_logit(logit_prev))
+    log_plus, log_minus = (np.asarray(w, dtype=np.float64)
+                           for w in cal.log_weights_of_logit(logit_prev))
+    log_omega = np.logaddexp(log_plus, log_minus)
+    log_cap = math.log(config.beta * _EXACT_GAP_CAP)
+    capped = log_omega > log_cap
+    if capped.any():
+        with np.errstate(under="ignore"):
+            w_plus = np.where(capped, np.exp(log_plus - log_omega + log_cap), w_plus)
+            w_minus = np.where(capped, np.exp(log_minus - log_omega + log_cap), w_minus)
+    return w_plus, w_minus, capped, (log_plus, log_minus)
+
+
+def _exact_objective_log(logp: torch.Tensor, success: torch.Tensor,
+                         log_w: tuple[np.ndarray, np.ndarray], config: TrainConfig,
+                         ref_logp: torch.Tensor, prev_logp: torch.Tensor) -> torch.Tensor:
+    """The exact objective with each ``w+ pi(o)`` formed as ``exp(log w+ + log pi(o))``."""
+    log_plus, log_minus = (torch.as_tensor(w, device=logp.device)[:, None] for w in log_w)
+    gain = torch.where(success, torch.exp(logp + log_plus), -torch.exp(logp + log_minus))
+    zero = torch.zeros_like(log_plus[:, 0])
+    penalty = losses.exact_objective(logp, success, zero, zero, beta=config.beta,
+                                     ref_logp=ref_logp, prev_logp=prev_logp, alpha=config.alpha)
+    return gain.sum(dim=-1) + penalty
 
 
 def _sampled_step(run: _Run, old: torch.nn.Module) -> tuple[dict[str, float], np.ndarray]:
@@ -650,8 +840,9 @@ def _result(run: _Run, out: Path | None) -> TrainResult:
 def check_out_dir(out_dir: str | Path, *, resume: bool) -> Path:
     """Validate the output folder before anything is written.
 
-    A fresh run needs an absent or empty folder; ``resume=True`` needs a
-    folder holding a checkpoint.
+    A fresh run needs an absent or empty folder that can be created and
+    written (not under a file, not on a read-only file system); ``resume=True``
+    needs a writable folder holding a checkpoint.
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -661,7 +852,198 @@ def check_out_dir(out_dir: str | Path, *, resume: bool) -> Path:
             raise ValueError(f"resume needs {str(out / CHECKPOINT)!r}, which does not exist")
     elif out.exists() and any(out.iterdir()):
         raise ValueError(f"out_dir {str(out)!r} is not empty; choose a new folder or resume")
+    existing = out
+    while not existing.exists():  # the nearest folder that exists decides
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"out_dir {str(out)!r} cannot be created: {str(existing)!r} is a "
+                         "file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"out_dir {str(out)!r} cannot be written: {str(existing)!r} is "
+                         "read-only (permissions or a read-only file system)")
     return out
+
+
+def _load_checkpoint(path: Path, config: TrainConfig, device: torch.device) -> dict[str, Any]:
+    """Read and check a checkpoint (``weights_only=True``); ValueError naming the file if bad."""
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - torch raises many types for a damaged file
+        # torch's own message may advise weights_only=False, which must never be followed
+        # for a file of unknown origin: it is not repeated here
+        raise ValueError(f"cannot resume from {str(path)!r}: it is not a readable checkpoint "
+                         f"({type(err).__name__}); it is empty, truncated or corrupted, or "
+                         "not written by this trainer") from None
+    expected = {"format": int, "iteration": int, "config": dict, "policy": dict,
+                "ref_policy": dict, "generator": torch.Tensor, "sft_losses": list,
+                "history_records": int, "history_sha256": str}
+    if not isinstance(state, dict):
+        raise ValueError(f"cannot resume from {str(path)!r}: it does not hold a checkpoint "
+                         f"of this trainer (a {type(state).__name__})")
+    if state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"cannot resume from {str(path)!r}: checkpoint format "
+                         f"{state.get('format')!r}, this trainer reads {CHECKPOINT_FORMAT}")
+    for key, kind in expected.items():
+        if not isinstance(state.get(key), kind):
+            raise ValueError(f"cannot resume from {str(path)!r}: its entry {key!r} is missing "
+                             "or damaged")
+    saved = {k: v for k, v in state["config"].items() if k not in RUN_ONLY_FIELDS}
+    wanted = {k: v for k, v in config.to_dict().items() if k not in RUN_ONLY_FIELDS}
+    if saved != wanted:
+        diff = sorted(k for k in wanted.keys() | saved.keys() if saved.get(k) != wanted.get(k))
+        shown = ", ".join(f"{k} (checkpoint {saved.get(k)!r}, now {wanted.get(k)!r})"
+                          for k in diff[:6])
+        raise ValueError(f"cannot resume from {str(path)!r}: the configuration differs from "
+                         f"the checkpointed run in {shown}")
+    if not 0 <= state["iteration"] <= config.iterations or (
+            state["history_records"] != state["iteration"] + 1):
+        raise ValueError(f"cannot resume from {str(path)!r}: its iteration count is damaged")
+    return state
+
+
+class PreparedRun:
+    """A run whose configuration, output folder and checkpoint have all been checked.
+
+    :func:`prepare_run` builds it without writing anything (every problem is a
+    ``ValueError``); :meth:`run` then trains. Any exception from :meth:`run`
+    marks ``run.json`` as ``"failed"`` (``"interrupted"`` for Ctrl-C) with the
+    message before it propagates.
+    """
+
+    def __init__(self, config: TrainConfig, out: Path | None, resume: bool,
+                 reference_state: dict[str, torch.Tensor] | None) -> None:
+        self.config, self.out, self.resume = config, out, resume
+        self.device = resolve_device(config.device)
+        self.run_state = _Run(config, self.device)
+        self.reference_state = reference_state
+        self.checkpoint: dict[str, Any] | None = None
+        self.history: MetricHistory | None = None
+        if out is not None:
+            self.history = MetricHistory(out / HISTORY, METRICS, ITERATION_METRICS,
+                                         len(self.run_state.tracked))
+        if resume:
+            assert out is not None
+            self.checkpoint = _load_checkpoint(out / CHECKPOINT, config, self.device)
+            self.run_state.load(self.checkpoint, out / CHECKPOINT)
+            self.run_state.load_history(self.checkpoint, self.history, out / CHECKPOINT)
+
+    def run(self, callback: Callable[[int], None] | None = None) -> TrainResult:
+        """Train (see :func:`train`)."""
+        config, out, run = self.config, self.out, self.run_state
+        started = time.time()
+        record: dict[str, Any] = {"config": config.to_dict(), "seed": config.seed,
+                                  "versions": _versions(self.device), "status": "running"}
+        try:
+            if out is not None:
+                out.mkdir(parents=True, exist_ok=True)
+                io.remove_stale_temporaries(out, RUN_FILES)
+                io.atomic_write_json(out / "run.json", record)
+            if self.checkpoint is not None:
+                assert self.history is not None
+                if "metrics" not in self.checkpoint:
+                    self.history.continue_after_read()
+            else:
+                run.pretrain(self.reference_state)
+                _evaluate(run, run.policy, np.full(len(run.tracked), math.nan))
+                _check_finite(run, None)
+                if self.history is not None:
+                    self.history.start()
+                    self.history.append(_last_metrics(run), None)
+            result = self._loop(callback)
+            if out is not None:
+                _write_outputs(run, result, out)
+                record.update(status="complete", elapsed_s=time.time() - started)
+                io.atomic_write_json(out / "run.json", record)
+                assert self.history is not None
+                self.history.remove()  # the final checkpoint holds the whole history
+            return result
+        except BaseException as err:
+            if self.history is not None:
+                self.history.close()
+            if out is not None and out.is_dir():
+                interrupted = isinstance(err, KeyboardInterrupt)
+                record.update(status="interrupted" if interrupted else "failed",
+                              iteration=run.iteration, elapsed_s=time.time() - started,
+                              error=f"{type(err).__name__}: {err}" if str(err) else
+                              type(err).__name__)
+                with contextlib.suppress(OSError):  # a full or read-only disk: keep the error
+                    io.atomic_write_json(out / "run.json", record)
+            raise
+
+    def _loop(self, callback: Callable[[int], None] | None) -> TrainResult:
+        config, out, run = self.config, self.out, self.run_state
+        bar = tqdm(range(run.iteration + 1, config.iterations + 1), disable=not config.progress,
+                   desc="GRPO", initial=run.iteration, total=config.iterations)
+        for n in bar:
+            old = _frozen_copy(run.policy)
+            run.iteration = n
+            if config.exact:
+                stats, clip_fraction = _exact_step(run, old), np.full(len(run.tracked), math.nan)
+            else:
+                stats, clip_fraction = _sampled_step(run, old)
+            _evaluate(run, old, clip_fraction)
+            row = {"iteration": n, **stats}
+            run.iteration_rows.append(row)
+            _check_finite(run, row)
+            if config.ref_reset_every and n % config.ref_reset_every == 0:
+                run.ref_policy = _frozen_copy(run.policy)
+            if out is not None:
+                assert self.history is not None
+                self.history.append(_last_metrics(run), row)
+                if n % config.checkpoint_every == 0 or n == config.iterations:
+                    digest = self.history.sync()
+                    io.atomic_torch_save(out / CHECKPOINT,
+                                         run.state(digest, final=n == config.iterations))
+            bar.set_postfix(pos=f"{float(np.mean(run.metrics['success_prob'][-1])):.3f}")
+            if callback is not None:
+                callback(n)
+        bar.close()
+        return _result(run, out)
+
+
+def _last_metrics(run: _Run) -> dict[str, np.ndarray]:
+    return {m: run.metrics[m][-1] for m in METRICS}
+
+
+def _check_finite(run: _Run, row: dict[str, float] | None) -> None:
+    """Stop a run whose policy or metrics stopped being numbers (no silent NaN in the files)."""
+    bad = [name for name, p in run.policy.named_parameters() if not bool(torch.isfinite(p).all())]
+    bad += [m for m in METRICS if m != "clip_fraction"  # NaN by design where untrained
+            if not np.isfinite(run.metrics[m][-1]).all()]
+    if row is not None and not math.isfinite(row["loss"]):
+        bad.append("loss")
+    if bad:
+        hint = ("lower --lr or raise --beta" if not run.config.exact else
+                "change --beta or --eps")
+        raise TrainingFault(
+            f"training diverged at iteration {run.iteration}: {', '.join(bad)} became inf or "
+            f"NaN ({hint}); the last checkpoint is from before this iteration")
+
+
+def prepare_run(
+    config: TrainConfig,
+    *,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    reference_state: dict[str, torch.Tensor] | None = None,
+) -> PreparedRun:
+    """Check everything about a run without writing anything; ``ValueError`` if it cannot start.
+
+    Checks the configuration, the output folder (:func:`check_out_dir`) and, with
+    ``resume``, the checkpoint: readable with ``weights_only=True``, of the same
+    configuration, its saved state fitting the policies. See :func:`train`.
+    """
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if reference_state is not None and (config.task != "sequence" or resume):
+        raise ValueError("reference_state must be None for task='bandit' or with resume=True, "
+                         f"got a state dict (task={config.task!r}, resume={resume})")
+    out = None if out_dir is None else check_out_dir(out_dir, resume=resume)
+    if resume and out is None:
+        raise ValueError("resume=True needs out_dir, got None")
+    return PreparedRun(config, out, resume, reference_state)
 
 
 def train(
@@ -679,14 +1061,18 @@ def train(
     config
         Every knob of the run, see :class:`TrainConfig`.
     out_dir
-        Where to write ``run.json`` (configuration, seed, versions, device),
-        ``metrics.csv``, ``iterations.csv`` and ``checkpoint.pt`` (the
-        checkpoint after every ``checkpoint_every`` iterations and at the end).
-        All writes are atomic. None keeps everything in memory.
+        Where to write ``run.json`` (configuration, seed, versions, device,
+        status), ``metrics.csv``, ``iterations.csv`` and ``checkpoint.pt`` (the
+        checkpoint after every ``checkpoint_every`` iterations and at the end;
+        while the run goes on, its metrics so far are in ``history.bin``, so
+        that each checkpoint costs the same). All writes are atomic; files get
+        the permissions the umask gives new files. None keeps everything in
+        memory.
     resume
         Continue the run checkpointed in ``out_dir``; its configuration must
         equal ``config`` (``progress`` and ``device`` may differ). The resumed
-        run ends with the same results as an uninterrupted one.
+        run ends with the same results as an uninterrupted one. Temporary
+        files left by a killed run are removed.
     callback
         Called with the iteration number after each iteration (and its
         checkpoint); an exception raised there stops the run, as an
@@ -704,58 +1090,18 @@ def train(
     -------
     TrainResult
         Metrics per iteration and prompt as numpy arrays.
+
+    Raises
+    ------
+    ValueError
+        Before anything is written, if the run cannot start (see :func:`prepare_run`).
+    TrainingFault
+        If the run diverges (a metric or parameter becomes inf or NaN), an exact
+        inner solve does not converge, or the resumed history does not match
+        its checkpoint; ``run.json`` then says ``"failed"`` with the message.
     """
-    if not isinstance(config, TrainConfig):
-        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
-    if reference_state is not None and (config.task != "sequence" or resume):
-        raise ValueError("reference_state must be None for task='bandit' or with resume=True, "
-                         f"got a state dict (task={config.task!r}, resume={resume})")
-    out = None if out_dir is None else check_out_dir(out_dir, resume=resume)
-    if resume and out is None:
-        raise ValueError("resume=True needs out_dir, got None")
-    device = resolve_device(config.device)
-    started = time.time()
-    run = _Run(config, device)
-    if resume:
-        state = torch.load(out / CHECKPOINT, map_location=device, weights_only=True)
-        saved = {k: v for k, v in state["config"].items() if k not in RUN_ONLY_FIELDS}
-        wanted = {k: v for k, v in config.to_dict().items() if k not in RUN_ONLY_FIELDS}
-        if saved != wanted:
-            diff = sorted(k for k in wanted if saved.get(k) != wanted[k])
-            raise ValueError(f"config differs from the checkpointed run in {diff}")
-        run.load(state)
-    else:
-        run.pretrain(reference_state)
-        _evaluate(run, run.policy, np.full(len(run.tracked), math.nan))
-    record = {"config": config.to_dict(), "seed": config.seed, "versions": _versions(device),
-              "status": "running"}
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        io.atomic_write_json(out / "run.json", record)
-    bar = tqdm(range(run.iteration + 1, config.iterations + 1), disable=not config.progress,
-               desc="GRPO", initial=run.iteration, total=config.iterations)
-    for n in bar:
-        old = _frozen_copy(run.policy)
-        run.iteration = n
-        if config.exact:
-            stats, clip_fraction = _exact_step(run, old), np.full(len(run.tracked), math.nan)
-        else:
-            stats, clip_fraction = _sampled_step(run, old)
-        _evaluate(run, old, clip_fraction)
-        run.iteration_rows.append({"iteration": n, **stats})
-        if config.ref_reset_every and n % config.ref_reset_every == 0:
-            run.ref_policy = _frozen_copy(run.policy)
-        if out is not None and (n % config.checkpoint_every == 0 or n == config.iterations):
-            io.atomic_torch_save(out / CHECKPOINT, run.state())
-        bar.set_postfix(pos=f"{float(np.mean(run.metrics['success_prob'][-1])):.3f}")
-        if callback is not None:
-            callback(n)
-    result = _result(run, out)
-    if out is not None:
-        _write_outputs(run, result, out)
-        record.update(status="complete", elapsed_s=time.time() - started)
-        io.atomic_write_json(out / "run.json", record)
-    return result
+    return prepare_run(config, out_dir=out_dir, resume=resume,
+                       reference_state=reference_state).run(callback)
 
 
 def load_run_record(out_dir: str | Path) -> dict[str, Any]:

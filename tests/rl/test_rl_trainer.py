@@ -36,8 +36,10 @@ def test_interrupted_run_resumes_to_identical_results(tmp_path, settings):
         train(config, out_dir=tmp_path / "cut", callback=_stop_at(2))
     cut = tmp_path / "cut"
     assert (cut / "checkpoint.pt").is_file() and not (cut / "metrics.csv").exists()
-    assert json.loads((cut / "run.json").read_text())["status"] == "running"
+    record = json.loads((cut / "run.json").read_text())
+    assert record["status"] == "failed" and record["error"].startswith("Interrupt")
     resumed = train(config, out_dir=cut, resume=True)
+    assert json.loads((cut / "run.json").read_text())["status"] == "complete"
     for name in ("metrics.csv", "iterations.csv"):
         assert (cut / name).read_bytes() == (tmp_path / "full" / name).read_bytes()
     for name, values in full.metrics.items():
