@@ -7,6 +7,12 @@
 - ``transformer``: tiny-transformer GRPO training and sampling throughput in
   tokens per second, and the achieved fraction of this machine's measured
   fp32 matmul rate during training steps (model FLOPs ~= 6 * params * tokens).
+- ``checkpoint``: what checkpointing costs. The default bandit is trained for
+  ``iterations`` with a checkpoint after every iteration and with one at the end
+  only; reported are both wall times, the checkpoint's size, and the mean
+  seconds per iteration over the first and the last tenth of the run with a
+  checkpoint every iteration (equal when a checkpoint costs the same whatever
+  the length of the history).
 
 Usage: ``python benchmarks/bench_rl.py [--quick]``.
 """
@@ -15,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -130,6 +138,25 @@ def transformer(device: torch.device, steps: int, d_model: int) -> dict[str, flo
             "fraction_of_peak": flops / peak}
 
 
+def checkpoint_cost(iterations: int) -> dict[str, float]:
+    report: dict[str, float] = {"iterations": iterations}
+    with tempfile.TemporaryDirectory() as folder:
+        for every in (1, iterations):
+            out = Path(folder) / f"every_{every}"
+            config = TrainConfig(iterations=iterations, checkpoint_every=every, progress=False)
+            stamps: list[float] = []
+            start = time.perf_counter()
+            train(config, out_dir=out,
+                  callback=lambda n, stamps=stamps: stamps.append(time.perf_counter()))
+            report[f"seconds_checkpoint_every_{every}"] = time.perf_counter() - start
+            if every == 1:
+                tenth = max(2, iterations // 10)
+                report["s_per_iteration_first_tenth"] = (stamps[tenth] - stamps[0]) / tenth
+                report["s_per_iteration_last_tenth"] = (stamps[-2] - stamps[-2 - tenth]) / tenth
+                report["checkpoint_bytes_final"] = (out / "checkpoint.pt").stat().st_size
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -140,6 +167,7 @@ def main() -> None:
         "bandit": bandit(iterations=3 if args.quick else 6,
                          loop_prompts=64 if args.quick else 1024),
         "transformer": transformer(device, steps=2 if args.quick else 5, d_model=128),
+        "checkpoint": checkpoint_cost(150 if args.quick else 1500),
     }
     print(json.dumps(report, indent=2))
 

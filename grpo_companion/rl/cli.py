@@ -9,8 +9,12 @@ or value exits with status 2 and an argparse-style message.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from grpo_companion.rl import losses
@@ -176,6 +180,26 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise ValueError(text) from None
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C so that run.json records the stop."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _error(message: str) -> None:
     text = " ".join(str(message).split())  # one line
     print(f"python -m grpo_companion train: error: {text}", file=sys.stderr)
@@ -189,8 +213,8 @@ def run_train(args: argparse.Namespace) -> int:
       configuration.
     - 1: the run failed midway (it diverged, a solve failed, a file could not
       be written); ``run.json`` says ``"failed"`` with the message.
-    - 130: interrupted (Ctrl-C); ``run.json`` says ``"interrupted"`` and
-      ``--resume`` continues from the last checkpoint.
+    - 130 (Ctrl-C) or 143 (SIGTERM): interrupted; ``run.json`` says
+      ``"interrupted"`` and ``--resume`` continues from the last checkpoint.
     - 0 after a complete run.
 
     Each error is one line on stderr, without a traceback. Files are written
@@ -202,13 +226,20 @@ def run_train(args: argparse.Namespace) -> int:
     except ValueError as err:
         _error(str(err))
         return 2
+    except OSError as err:  # a file of the folder that cannot be read
+        _error(f"cannot use {err.filename or args.out!r}: {err.strerror or err}")
+        return 2
+    except KeyboardInterrupt:
+        _error("interrupted before the run started; nothing was written")
+        return 130
     out = prepared.out
     try:
-        result = prepared.run()
-    except KeyboardInterrupt:
-        _error(f"interrupted; run.json in {out} says so, and --resume continues from the "
-               "last checkpoint")
-        return 130
+        with _sigterm_as_interrupt():
+            result = prepared.run()
+    except KeyboardInterrupt as stop:
+        _error(f"{'terminated' if isinstance(stop, _Terminated) else 'interrupted'}; run.json "
+               f"in {out} says so, and --resume continues from the last checkpoint")
+        return 143 if isinstance(stop, _Terminated) else 130
     except TrainingFault as err:
         _error(f"{err} (recorded in {out / 'run.json' if out else 'no folder'})")
         return 1
