@@ -523,6 +523,25 @@ def test_random_bad_values_are_clear_errors(name, data):
 
 if __name__ == "__main__":  # the tally for the issue report
     import json
+    import resource
+    import signal
+
+    # code that does not check its input may try to allocate or loop without end: cap
+    # the memory (MemoryError) and give every call a few seconds (counted as not clear)
+    resource.setrlimit(resource.RLIMIT_AS, (8 * 2**30, resource.RLIM_INFINITY))
+
+    def _too_slow(signum: int, frame: object) -> None:
+        raise TimeoutError("no answer within 20 s")
+
+    signal.signal(signal.SIGALRM, _too_slow)
+    _outcome = outcome
+
+    def outcome(call: BadCall, func: Callable[..., Any]) -> str:  # noqa: F811
+        signal.alarm(20)
+        try:
+            return _outcome(call, func)
+        finally:
+            signal.alarm(0)
 
     report = tally()
     json.dump({k: v for k, v in report.items() if k != "failures"}, sys.stdout, indent=1)
