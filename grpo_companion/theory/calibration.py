@@ -137,18 +137,21 @@ class Calibration:
         if self.group_size is not None:
             return _group_weights_of_logit(logit_p, self._gains)
         om = self._omega(logit_p)
-        with np.errstate(invalid="ignore"):  # inf * 0 far out with eps = 0, replaced below
-            w_plus, w_minus = om * expit(-logit_p), om * expit(logit_p)
-        # Far out (|L| > 700) expit(-|L|) is subnormal or 0 and, with eps = 0, Omega
-        # may overflow: there the product loses digits or is inf * 0 = NaN, while
-        # exp(log Omega + log sigmoid(-+L)) is the correctly rounded weight.
-        far = np.abs(logit_p) > 700.0
-        if np.any(far):
-            lp = np.where(far, logit_p, 0.0)
+        to_fail, to_succeed = expit(-logit_p), expit(logit_p)  # 1 - p and p
+        with np.errstate(invalid="ignore"):  # inf * 0 far out with eps = 0, redone below
+            w_plus, w_minus = om * to_fail, om * to_succeed
+        # Where 1 - p (or p) is subnormal or 0 (|L| > 708) the product loses digits, and
+        # with eps = 0 Omega may overflow (inf * 0 = NaN): there exp(log Omega + log(1 - p))
+        # is the correctly rounded weight. Elsewhere the product is kept as it is.
+        tiny = np.finfo(np.float64).tiny
+        redo_plus = (to_fail < tiny) | ~np.isfinite(w_plus)
+        redo_minus = (to_succeed < tiny) | ~np.isfinite(w_minus)
+        if np.any(redo_plus) or np.any(redo_minus):
+            lp = np.where(redo_plus | redo_minus, logit_p, 0.0)
             log_plus, log_minus = self._population_log_weights(lp)
             with np.errstate(over="ignore"):
-                w_plus = np.where(far, np.exp(log_plus), w_plus)[()]
-                w_minus = np.where(far, np.exp(log_minus), w_minus)[()]
+                w_plus = np.where(redo_plus, np.exp(log_plus), w_plus)[()]
+                w_minus = np.where(redo_minus, np.exp(log_minus), w_minus)[()]
         return w_plus, w_minus
 
     def _population_log_weights(self, logit_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
