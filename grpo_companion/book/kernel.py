@@ -57,6 +57,9 @@ c.InteractiveShellApp.exec_lines = [
 SCRUBBED = ("MPLBACKEND", "MATPLOTLIBRC", "MPLCONFIGDIR", "IPYTHONDIR", "PYTHONSTARTUP",
             "JUPYTER_CONFIG_DIR", "PYTHONHASHSEED")
 
+#: Variables every chapter kernel gets with the same value (the others name private files).
+FIXED_ENVIRONMENT = {"MPLBACKEND": INLINE_BACKEND, "PYTHONHASHSEED": "0"}
+
 #: Environment variable naming the file where the kernel logs figures per cell.
 FIGURE_LOG_VARIABLE = "GRPO_BOOK_FIGURE_LOG"
 
@@ -102,11 +105,10 @@ def kernel_environment(session: KernelSession,
     """The environment a chapter kernel starts with: ``base`` (default: this
     process's) without the :data:`SCRUBBED` variables, plus the book's own."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if k not in SCRUBBED}
+    env.update(FIXED_ENVIRONMENT)
     env.update({
-        "MPLBACKEND": INLINE_BACKEND,
         "MATPLOTLIBRC": str(session.matplotlibrc),
         "IPYTHONDIR": str(session.ipython_dir),
-        "PYTHONHASHSEED": "0",
         FIGURE_LOG_VARIABLE: str(session.figure_log),
     })
     return env
@@ -166,9 +168,8 @@ def kernel_digest() -> str:
     outputs: the kernel configuration, the book's matplotlibrc, the variables
     the pipeline sets and the installed distributions."""
     h = hashlib.sha256()
-    fixed = {k: v for k, v in kernel_environment(KernelSession(Path("/"))).items()
-             if k in ("MPLBACKEND", "PYTHONHASHSEED")}
-    for part in (IPYTHON_KERNEL_CONFIG, MATPLOTLIBRC, json.dumps(fixed, sort_keys=True),
+    for part in (IPYTHON_KERNEL_CONFIG, MATPLOTLIBRC,
+                 json.dumps(FIXED_ENVIRONMENT, sort_keys=True),
                  *installed_distributions()):
         h.update(part.encode())
         h.update(b"\0")
