@@ -87,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     except BookBuildError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except OSError as err:  # e.g. an output folder that cannot be created or written
+        print(f"error: cannot write {err.filename or 'the output'}: {err.strerror}",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

@@ -123,3 +123,12 @@ def test_book_select_matching_nothing_lists_the_chapters(tmp_path, capsys) -> No
 def test_book_parameter_that_no_chapter_declares_is_refused(tmp_path, capsys) -> None:
     assert cli.main(["book", "-p", "nonsense", "1", "--out", str(tmp_path)]) == 2
     assert "no chapter of the book has a parameter named 'nonsense'" in _one_line_error(capsys)
+
+
+def test_run_chapter_output_that_cannot_be_written_is_one_line(tmp_path, capsys) -> None:
+    src = tmp_path / "ch.md"
+    src.write_text(_chapter("```{code-cell} ipython3\nprint(1)\n```\n"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert cli.main(["run-chapter", str(src), str(blocker / "out.ipynb")]) == 2
+    assert "cannot write" in _one_line_error(capsys)
