@@ -387,6 +387,17 @@ def describe_cell(nb: nbformat.NotebookNode, index: int, source: Path | None) ->
     return where
 
 
+def _output_hidden(cell: nbformat.NotebookNode) -> bool:
+    """True when the book does not show the cell's outputs."""
+    return any(t in cell.metadata.get("tags", []) for t in HIDDEN_OUTPUT_TAGS)
+
+
+def _figure_metadata(cell: nbformat.NotebookNode) -> tuple[dict, dict]:
+    """The cell's ``mystnb.figure`` and ``mystnb.image`` options (empty when absent)."""
+    mystnb = cell.metadata.get("mystnb", {})
+    return mystnb.get("figure", {}), mystnb.get("image", {})
+
+
 def image_outputs(cell: nbformat.NotebookNode) -> int:
     """Number of outputs of a cell that carry an image."""
     return sum(1 for out in cell.get("outputs", [])
@@ -409,10 +420,9 @@ def visible_figures(nb: nbformat.NotebookNode) -> list[Figure]:
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or not image_outputs(cell):
             continue
-        if any(t in cell.metadata.get("tags", []) for t in HIDDEN_OUTPUT_TAGS):
+        if _output_hidden(cell):
             continue
-        mystnb = cell.metadata.get("mystnb", {})
-        figure, image = mystnb.get("figure", {}), mystnb.get("image", {})
+        figure, image = _figure_metadata(cell)
         for _ in range(image_outputs(cell)):
             out.append(Figure(i, str(figure.get("name", "")), str(figure.get("caption", "")),
                               str(image.get("alt", ""))))
@@ -444,10 +454,9 @@ def check_figures(nb: nbformat.NotebookNode, created: Mapping[int, int], name: s
         if drawn > images:
             problems.append(f"{where} drew {drawn} figure(s) but shows {images} image(s); "
                             "is the kernel's matplotlib backend inline?")
-        if not images or any(t in cell.metadata.get("tags", []) for t in HIDDEN_OUTPUT_TAGS):
+        if not images or _output_hidden(cell):
             continue
-        mystnb = cell.metadata.get("mystnb", {})
-        figure, image = mystnb.get("figure", {}), mystnb.get("image", {})
+        figure, image = _figure_metadata(cell)
         missing = [key for key, value in (("mystnb.figure.name", figure.get("name")),
                                           ("mystnb.figure.caption", figure.get("caption")),
                                           ("mystnb.image.alt", image.get("alt")))
