@@ -8,13 +8,13 @@ normalisation (the paper's epsilon in eq. (4)); the PPO clipping range is
 
 How the options map to practice (described in our own words):
 
-- ``group_advantages(normalization="mean_std", eps_placement="sqrt", ddof=0)``
-  is the paper's stabilised whitening, eq. (4): ``(r - mean) / sqrt(var + eps)``.
-- ``group_advantages(normalization="mean_std", eps_placement="std", eps=1e-4,
-  ddof=1)`` is what TRL's ``GRPOTrainer`` does by default: divide the centred
+- ``group_advantages(rewards, CALIBRATIONS["paper"])`` is the paper's stabilised
+  whitening, eq. (4): ``(r - mean) / sqrt(var + eps)``; it is the default.
+- ``group_advantages(rewards, CALIBRATIONS["trl"])`` is what TRL's
+  ``GRPOTrainer`` does with ``scale_rewards="group"``: divide the centred
   reward by the Bessel-corrected group standard deviation plus ``1e-4``.
-- ``normalization="mean_only"`` is Dr. GRPO's centring without scaling, eq. (13)
-  (TRL: ``scale_rewards=False``).
+- ``CALIBRATIONS["dr_grpo"]`` is Dr. GRPO's centring without scaling, eq. (13)
+  (TRL: ``scale_rewards="none"``).
 - ``grpo_loss(..., kl="k3")`` adds the "k3" estimator of the KL to the reference
   to the per-token loss, as DeepSeekMath and TRL (``beta > 0``) do.
 - ``loss_type`` reproduces TRL's four ways of turning per-token losses into one
@@ -24,11 +24,13 @@ How the options map to practice (described in our own words):
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
-# the calibration names are defined once, by the theory module
-from grpo_companion.theory.calibration import EPS_PLACEMENTS, NORMALIZATIONS
+# calibrations are defined once, by the theory package
+from grpo_companion.theory.calibration import Calibration, resolve_calibration
+from grpo_companion.theory.finite_group import group_table
 
 KL_ESTIMATORS = ("k1", "k2", "k3", "k3_ratio")
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -50,61 +52,50 @@ def _check_real(name: str, value: float, low: float, high: float) -> None:
 
 
 def group_advantages(
-    rewards: torch.Tensor,
-    *,
-    normalization: str = "mean_std",
-    eps: float = 1e-4,
-    eps_placement: str = "std",
-    ddof: int = 1,
+    rewards: torch.Tensor, calibration: Calibration | None = None, **keywords: Any
 ) -> torch.Tensor:
-    """Group-relative advantages of Algorithm 1, line 8.
+    """Group-relative advantages of Algorithm 1, line 8, for 0/1 rewards.
+
+    The advantage comes from the calibration's one definition
+    (:mod:`grpo_companion.theory.normalizations`): a success in a group with
+    ``k`` successes gets ``+plus(k, G)``, a failure ``-minus(k, G)``, looked up
+    in the table that :func:`grpo_companion.theory.finite_group.group_table`
+    builds in float64. A group whose rewards are all equal gets exactly 0,
+    whatever ``eps`` is (it carries no learning signal; TRL's float32
+    arithmetic gives it about 6e-4 instead).
 
     Parameters
     ----------
     rewards
-        Rewards of shape ``(n_groups, G)``: row ``i`` holds the ``G`` rewards of
-        the outputs sampled for prompt ``i``.
-    normalization
-        ``"mean_std"``: centre by the group mean and divide by the group
-        standard deviation (GRPO, eq. (1) and (4)). ``"mean_only"``: centre only
-        (Dr. GRPO, eq. (13)).
-    eps
-        Smoothing constant (``>= 0``) of the standard deviation.
-    eps_placement
-        ``"sqrt"``: divide by ``sqrt(var + eps)`` (the paper, eq. (4)).
-        ``"std"``: divide by ``std + eps`` (TRL and DeepSeekMath practice).
-    ddof
-        ``0``: population variance (the paper's Bernoulli variance ``p(1-p)``
-        with ``p`` the empirical success rate); ``1``: Bessel correction (TRL).
+        Rewards of shape ``(n_groups, G)``, each 0 or 1: row ``i`` holds the
+        ``G`` rewards of the outputs sampled for prompt ``i``.
+    calibration
+        Default ``Calibration()``, the paper's eq. (4). TRL's default is
+        ``CALIBRATIONS["trl"]`` (``(r - mean) / (std + 1e-4)`` with Bessel's
+        correction). Or pass the ``Calibration`` keywords instead.
 
     Returns
     -------
     torch.Tensor
-        Advantages of shape ``(n_groups, G)``. A group whose rewards are all
-        equal gets zero advantage exactly, whatever ``eps`` is (it carries no
-        learning signal, and with ``eps = 0`` the division would be 0/0).
+        Advantages of shape ``(n_groups, G)``, in the dtype of ``rewards``.
     """
-    _check_choice("normalization", normalization, NORMALIZATIONS)
-    _check_choice("eps_placement", eps_placement, EPS_PLACEMENTS)
-    _check_real("eps", eps, 0.0, math.inf)
-    if ddof not in (0, 1):
-        raise ValueError(f"ddof must be 0 or 1, got {ddof!r}")
+    cal = resolve_calibration(calibration, **keywords)
     if rewards.ndim != 2:
         raise ValueError(
             f"rewards must have shape (n_groups, group_size), got {tuple(rewards.shape)}"
         )
     group_size = rewards.shape[1]
-    if group_size < 1 + ddof:
-        raise ValueError(f"group_size must be >= {1 + ddof} with ddof={ddof}, got {group_size}")
-    centred = rewards - rewards.mean(dim=1, keepdim=True)
-    if normalization == "mean_only":
-        advantages = centred
-    else:
-        var = rewards.var(dim=1, correction=ddof, keepdim=True)
-        scale = torch.sqrt(var + eps) if eps_placement == "sqrt" else torch.sqrt(var) + eps
-        advantages = centred / scale
-    constant = (rewards == rewards[:, :1]).all(dim=1, keepdim=True)
-    return torch.where(constant, torch.zeros_like(advantages), advantages)
+    if group_size < 1 + cal.ddof:
+        raise ValueError(f"group_size must be >= {1 + cal.ddof} with ddof={cal.ddof}, "
+                         f"got {group_size}")
+    success = rewards == 1
+    if not bool((success | (rewards == 0)).all()):
+        bad = rewards[~(success | (rewards == 0))].flatten()[0].item()
+        raise ValueError(f"rewards must each be 0 or 1 (verifiable rewards), got {bad!r}")
+    plus, minus = (torch.as_tensor(t, dtype=rewards.dtype, device=rewards.device)
+                   for t in group_table(cal, group_size))
+    k = success.sum(dim=1, keepdim=True).expand_as(rewards)
+    return torch.where(success, plus[k], -minus[k])
 
 
 def kl_penalty(

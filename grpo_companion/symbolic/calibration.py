@@ -13,13 +13,15 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from functools import cache
+from types import SimpleNamespace
+from typing import Any
 
 import sympy as sp
 
-from .symbols import eps, on_unit_interval, p
+from grpo_companion.theory.calibration import Calibration
+from grpo_companion.theory.normalizations import sympy_ops
 
-NORMALIZATIONS = ("mean_std", "mean_only")
-EPS_PLACEMENTS = ("sqrt", "std", "none")
+from .symbols import eps, on_unit_interval, p
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,8 @@ class CalibrationWeights:
     Attributes
     ----------
     normalization, eps_placement:
-        Which calibration these are (see :func:`calibration_weights`).
+        Which calibration these are (see :func:`calibration_weights`);
+        ``eps_placement`` is ``"none"`` when the calibration has ``eps = 0``.
     mean, variance:
         Reward mean and variance under the old policy.
     advantage:
@@ -74,64 +77,90 @@ def bernoulli_moments() -> tuple[sp.Expr, sp.Expr]:
     return mean, display
 
 
-def _scale(variance: sp.Expr, normalization: str, eps_placement: str) -> sp.Expr:
-    """What the centred reward is divided by: 1 (mean only), ``sqrt(var + eps)``
-    (paper, eq. 4), ``sqrt(var) + eps`` (practice) or ``sqrt(var)`` (eq. 3)."""
-    if normalization == "mean_only":
-        return sp.Integer(1)
-    if eps_placement == "sqrt":
-        return sp.sqrt(variance + eps)
-    if eps_placement == "std":
-        return sp.sqrt(variance) + eps
-    return sp.sqrt(variance)
+def as_calibration(calibration: Calibration | str = "mean_std",
+                   eps_placement: str = "sqrt") -> Calibration:
+    """A :class:`~grpo_companion.theory.Calibration`, or one built from a normalisation name.
+
+    The symbolic layer takes the same objects as the numeric one. Its
+    expressions keep the smoothing as the symbol ``eps`` unless the
+    calibration's ``eps`` is 0 (the unsmoothed eq. 3).
+    """
+    if isinstance(calibration, Calibration):
+        return calibration
+    if not isinstance(calibration, str):
+        raise ValueError(f"calibration must be a Calibration or a normalisation name, "
+                         f"got {calibration!r}")
+    return Calibration(normalization=calibration, eps_placement=eps_placement)
 
 
-def _check(normalization: str, eps_placement: str) -> None:
-    if normalization not in NORMALIZATIONS:
-        raise ValueError(
-            f"normalization={normalization!r} is not one of {NORMALIZATIONS}"
-        )
-    if eps_placement not in EPS_PLACEMENTS:
-        raise ValueError(f"eps_placement={eps_placement!r} is not one of {EPS_PLACEMENTS}")
+def symbolic_gains(calibration: Calibration, succ: Any, fail: Any,
+                   n: int | None) -> tuple[sp.Expr, sp.Expr]:
+    """The calibration's one definition evaluated on SymPy arguments.
+
+    ``succ`` and ``fail`` are the shares of successes and failures (``p`` and
+    ``1 - p`` for the population, ``k/n`` and ``(n-k)/n`` for a group of
+    ``n``); the smoothing is the symbol ``eps`` unless the calibration has
+    ``eps = 0``.
+    """
+    spec = SimpleNamespace(eps=eps if calibration.eps != 0 else sp.Integer(0),
+                           eps_placement=calibration.eps_placement, ddof=calibration.ddof,
+                           group_size=None, normalization=calibration.normalization)
+    plus, minus = calibration.definition.gains(succ, fail, n, spec, sympy_ops())
+    return sp.sympify(plus), sp.sympify(minus)
 
 
-@cache
+def _key(calibration: Calibration) -> tuple[Any, ...]:
+    """What the symbolic expressions depend on (not the numeric value of ``eps``)."""
+    d = calibration.definition
+    return (d.name, id(d.gains), calibration.eps_placement if d.uses_eps else "",
+            calibration.eps == 0 if d.uses_eps else False, calibration.ddof)
+
+
 def calibration_weights(
-    normalization: str = "mean_std", eps_placement: str = "sqrt"
+    calibration: Calibration | str = "mean_std", eps_placement: str = "sqrt"
 ) -> CalibrationWeights:
-    """Derive the success/failure weights of a reward calibration.
+    """Derive the success/failure weights of a reward calibration from its definition.
 
-    The advantage is computed from its definition with the Bernoulli moments of
-    :func:`bernoulli_moments` and then evaluated at ``r = 1`` and ``r = 0``:
+    The calibration's registered ``gains`` function is evaluated on the
+    symbols ``p`` and ``1 - p`` (the population), with the Bernoulli moments
+    of :func:`bernoulli_moments`. For the built-ins this gives:
 
     - ``"mean_std"``, ``"sqrt"``: ``(r - mu) / sqrt(sigma^2 + eps)``, eq. (4);
     - ``"mean_std"``, ``"std"``: ``(r - mu) / (sigma + eps)``, common in code;
-    - ``"mean_std"``, ``"none"``: ``(r - mu) / sigma``, eq. (3) (no smoothing);
-    - ``"mean_only"``: ``r - mu``, Dr. GRPO's eq. (13) (``eps_placement`` ignored).
+    - ``"mean_std"`` with ``eps = 0``: ``(r - mu) / sigma``, eq. (3);
+    - ``"mean_only"``: ``r - mu``, Dr. GRPO's eq. (13).
+
+    Parameters
+    ----------
+    calibration : Calibration or str
+        The calibration, or a registered normalisation name.
+    eps_placement : {"sqrt", "std"}
+        Used only when ``calibration`` is a name.
 
     Returns
     -------
     CalibrationWeights
         ``w_plus = A(1)``, ``w_minus = -A(0)``, ``omega = w_plus + w_minus``.
     """
-    _check(normalization, eps_placement)
+    cal = as_calibration(calibration, eps_placement)
+    return _calibration_weights(_key(cal), cal)
+
+
+@cache
+def _calibration_weights(key: tuple[Any, ...], cal: Calibration) -> CalibrationWeights:
     mean, variance = bernoulli_moments()
-    if normalization == "mean_only":
-        eps_placement = "none"
-    scale = _scale(variance, normalization, eps_placement)
-    advantage = (reward - mean) / scale
-    w_plus = advantage.subs(reward, 1)
-    w_minus = -advantage.subs(reward, 0)
-    omega = sp.together(w_plus + w_minus)
+    w_plus, w_minus = symbolic_gains(cal, p, 1 - p, None)
+    uses_eps = cal.definition.uses_eps
+    placement = (cal.eps_placement if cal.eps != 0 else "none") if uses_eps else "none"
     return CalibrationWeights(
-        normalization=normalization,
-        eps_placement=eps_placement,
+        normalization=cal.normalization,
+        eps_placement=placement,
         mean=mean,
         variance=variance,
         advantage=sp.Piecewise((w_plus, sp.Eq(reward, 1)), (-w_minus, True)),
         w_plus=w_plus,
         w_minus=w_minus,
-        omega=omega,
+        omega=sp.together(w_plus + w_minus),
     )
 
 
@@ -148,7 +177,7 @@ def unsmoothed_whitening() -> tuple[sp.Eq, sp.Eq]:
     (success, failure):
         ``Eq(A(1), sqrt((1-p)/p))`` and ``Eq(A(0), -sqrt(p/(1-p)))``.
     """
-    w = calibration_weights("mean_std", "none")
+    w = calibration_weights(Calibration(eps=0.0))
     success = sp.sqrt((1 - p) / p)
     failure = -sp.sqrt(p / (1 - p))
     for derived, closed in ((w.w_plus, success), (-w.w_minus, failure)):
@@ -160,22 +189,23 @@ def unsmoothed_whitening() -> tuple[sp.Eq, sp.Eq]:
     )
 
 
-@cache
-def mean_advantage(normalization: str = "mean_std", eps_placement: str = "sqrt") -> sp.Expr:
+def mean_advantage(calibration: Calibration | str = "mean_std",
+                   eps_placement: str = "sqrt") -> sp.Expr:
     """``E_old[A] = p w_plus - (1 - p) w_minus`` simplified (Section 2.2).
 
-    It is identically 0 for every calibration above: successes and failures
+    It is identically 0 for every built-in calibration: successes and failures
     carry the same total weight, ``w_plus p = w_minus (1 - p)``.
     """
-    w = calibration_weights(normalization, eps_placement)
+    w = calibration_weights(calibration, eps_placement)
     return sp.simplify(p * w.w_plus - (1 - p) * w.w_minus)
 
 
-def equal_total_weight(normalization: str = "mean_std", eps_placement: str = "sqrt") -> sp.Eq:
+def equal_total_weight(calibration: Calibration | str = "mean_std",
+                       eps_placement: str = "sqrt") -> sp.Eq:
     """``Eq(w_plus * p, w_minus * (1 - p))``, checked by :func:`mean_advantage`."""
-    if mean_advantage(normalization, eps_placement) != 0:  # pragma: no cover
+    if mean_advantage(calibration, eps_placement) != 0:  # pragma: no cover
         raise AssertionError("E_old[A] is not zero")
-    w = calibration_weights(normalization, eps_placement)
+    w = calibration_weights(calibration, eps_placement)
     return sp.Eq(w.w_plus * p, w.w_minus * (1 - p), evaluate=False)
 
 
@@ -194,30 +224,46 @@ class GroupWeights:
     mean_advantage: sp.Expr
 
 
-@cache
 def group_weights(
     group_size: int,
-    normalization: str = "mean_std",
+    calibration: Calibration | str = "mean_std",
     eps_placement: str = "sqrt",
     ddof: int = 0,
 ) -> GroupWeights:
     """Finite-group weights by enumerating all ``2^G`` reward vectors (beyond the paper).
 
-    Each group's mean is ``k/G`` and its variance ``sum (r_i - k/G)^2 / (G - ddof)``;
-    a group whose rewards are all equal gets advantage 0 (also when ``eps = 0``).
-    This enumeration is independent of the Bernstein-polynomial formula used by
-    :mod:`grpo_companion.theory.finite_group`, so the two check each other.
+    Each reward vector with ``k`` successes gets the calibration's definition
+    at ``(k, G)``; a group whose rewards are all equal gets advantage 0 (also
+    when ``eps = 0``). Summing the first sample's advantage over the ``2^G``
+    vectors, with their probabilities, is independent of the Bernstein sum used
+    by :mod:`grpo_companion.theory.finite_group`, so the two check each other.
+
+    Parameters
+    ----------
+    group_size : int
+        ``G``, from 2 to 8.
+    calibration : Calibration or str
+        The calibration, or a normalisation name (then ``eps_placement`` and
+        ``ddof`` build it).
 
     Raises
     ------
     ValueError
         If ``group_size`` is not in 2..8 or ``ddof`` not in {0, 1}.
     """
-    _check(normalization, eps_placement)
-    if not 2 <= group_size <= 8:
-        raise ValueError(f"group_size={group_size} must be between 2 and 8")
-    if ddof not in (0, 1):
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or not 2 <= group_size <= 8:
+        raise ValueError(f"group_size={group_size!r} must be an int between 2 and 8")
+    if ddof not in (0, 1) or isinstance(ddof, bool):
         raise ValueError(f"ddof={ddof!r} must be 0 or 1")
+    if isinstance(calibration, str):
+        calibration = Calibration(normalization=calibration, eps_placement=eps_placement,
+                                  ddof=ddof)
+    cal = as_calibration(calibration)
+    return _group_weights(group_size, _key(cal), cal)
+
+
+@cache
+def _group_weights(group_size: int, key: tuple[Any, ...], cal: Calibration) -> GroupWeights:
     g = group_size
     success_part = sp.Integer(0)
     failure_part = sp.Integer(0)
@@ -225,15 +271,12 @@ def group_weights(
         k = sum(rewards)
         if k in (0, g):
             continue
-        mean = sp.Rational(k, g)
-        variance = sum((r - mean) ** 2 for r in rewards) / sp.Integer(g - ddof)
-        scale = _scale(variance, normalization, eps_placement)
+        plus, minus = symbolic_gains(cal, sp.Rational(k, g), sp.Rational(g - k, g), g)
         prob = p**k * (1 - p) ** (g - k)
-        advantage = (rewards[0] - mean) / scale
         if rewards[0]:
-            success_part += prob * advantage
+            success_part += prob * plus
         else:
-            failure_part += prob * advantage
+            failure_part -= prob * minus
     w_plus = sp.factor(sp.expand(success_part / p))
     w_minus = sp.factor(sp.expand(-failure_part / (1 - p)))
     mean_adv = sp.simplify(success_part + failure_part)

@@ -12,13 +12,18 @@ from functools import cache
 
 import sympy as sp
 
+from grpo_companion.theory.calibration import Calibration
+from grpo_companion.theory.variants import Anchor
+
 from .calibration import calibration_weights
 from .policy import pos_map
 from .symbols import alpha, beta, eps, logit, on_unit_interval, p, p_ref, sigmoid
 from .two_kl import delta_renyi, p_star
 
 
-def _omega(normalization: str = "mean_std", eps_placement: str = "sqrt") -> sp.Expr:
+def _omega(
+    normalization: Calibration | str = "mean_std", eps_placement: str = "sqrt"
+) -> sp.Expr:
     return calibration_weights(normalization, eps_placement).omega
 
 
@@ -66,7 +71,9 @@ class MapDerivative:
 
 @cache
 def map_derivative(
-    normalization: str = "mean_std", eps_placement: str = "sqrt", anchor: str = "reference"
+    normalization: Calibration | str = "mean_std",
+    eps_placement: str = "sqrt",
+    anchor: Anchor | str = "reference",
 ) -> MapDerivative:
     """Differentiate the PoS map (Proposition 1; Lemma 1; generalised to two-KL).
 
@@ -145,7 +152,9 @@ class Amplification:
 
 
 @cache
-def amplification(normalization: str = "mean_std", eps_placement: str = "sqrt") -> Amplification:
+def amplification(
+    normalization: Calibration | str = "mean_std", eps_placement: str = "sqrt"
+) -> Amplification:
     """Theorem 3: ``h(p) > p_ref`` for every ``p``, hence every fixed point exceeds ``p_ref``.
 
     The logit increment ``d = Omega(p)/beta`` is positive (shown with ``p`` on
@@ -170,7 +179,9 @@ def amplification(normalization: str = "mean_std", eps_placement: str = "sqrt") 
 
 
 @cache
-def mirror_increment(normalization: str = "mean_std", eps_placement: str = "sqrt") -> sp.Expr:
+def mirror_increment(
+    normalization: Calibration | str = "mean_std", eps_placement: str = "sqrt"
+) -> sp.Expr:
     """Theorems 4-5: ``logit p_n - logit p_{n-1} = Omega(p_{n-1})/beta`` (mirror GRPO).
 
     Returns the increment; it is positive for ``p`` in (0, 1), so the mirror
@@ -200,12 +211,12 @@ class DrGRPO:
 @cache
 def dr_grpo() -> DrGRPO:
     """Derive Dr. GRPO's one-step fixed point and mirror arithmetic progression (Section 5)."""
-    ref_map = pos_map("mean_only", "none", "reference").next_prob
+    ref_map = pos_map("mean_only", anchor="reference").next_prob
     first = sp.simplify(ref_map.subs(p, p_ref))
     gap = sp.simplify(ref_map.subs(p, first) - first)
     n = sp.Symbol("n", integer=True, nonnegative=True)
     big_l = sp.Function("L")
-    increment = mirror_increment("mean_only", "none")
+    increment = mirror_increment("mean_only")
     progression = sp.rsolve(
         big_l(n + 1) - big_l(n) - increment, big_l(n), {big_l(0): logit(p_ref)}
     )
@@ -221,7 +232,7 @@ def beta_eff_equivalence() -> sp.Eq:
     ``Omega_meanstd(p)/beta = Omega_meanonly(p)/beta_eff``.
     """
     beta_eff = sp.Symbol("beta_eff", positive=True)
-    eq = sp.Eq(_omega("mean_std", "sqrt") / beta, _omega("mean_only", "none") / beta_eff)
+    eq = sp.Eq(_omega("mean_std", "sqrt") / beta, _omega("mean_only") / beta_eff)
     solution = sp.solve(eq, beta_eff)
     if len(solution) != 1:  # pragma: no cover
         raise AssertionError(f"beta_eff solutions {solution}")
@@ -230,14 +241,16 @@ def beta_eff_equivalence() -> sp.Eq:
         raise AssertionError(f"beta_eff = {solution[0]}")
     for anchor in ("reference", "mirror", "two_kl"):
         a = pos_map("mean_std", "sqrt", anchor).logit_form.rhs
-        b = pos_map("mean_only", "none", anchor).logit_form.rhs.subs(beta, solution[0])
+        b = pos_map("mean_only", anchor=anchor).logit_form.rhs.subs(beta, solution[0])
         if sp.simplify(a - b) != 0:  # pragma: no cover
             raise AssertionError(f"beta_eff fails for {anchor}")
     return sp.Eq(beta_eff, display, evaluate=False)
 
 
 @cache
-def two_kl_fixed_point(normalization: str = "mean_std", eps_placement: str = "sqrt") -> sp.Eq:
+def two_kl_fixed_point(
+    normalization: Calibration | str = "mean_std", eps_placement: str = "sqrt"
+) -> sp.Eq:
     """Table 1: fixed-point equation of the two-KL recurrence in log-odds.
 
     Setting ``p_n = p_{n-1} = p*`` in Theorem 9 and solving the linear
@@ -258,7 +271,9 @@ def two_kl_fixed_point(normalization: str = "mean_std", eps_placement: str = "sq
 
 @cache
 def fixed_point_equation(
-    normalization: str = "mean_std", eps_placement: str = "sqrt", anchor: str = "reference"
+    normalization: Calibration | str = "mean_std",
+    eps_placement: str = "sqrt",
+    anchor: Anchor | str = "reference",
 ) -> sp.Expr:
     """Residual ``h(p) - p`` whose roots in (0, 1) are the PoS fixed points (Theorem 2).
 

@@ -15,7 +15,10 @@ from functools import cache
 
 import sympy as sp
 
-from .calibration import calibration_weights
+from grpo_companion.theory.calibration import Calibration
+from grpo_companion.theory.variants import ANCHOR_KINDS, Anchor
+
+from .calibration import as_calibration, calibration_weights
 from .contrastive import w_minus_sym, w_plus_sym
 from .symbols import alpha, beta, logit, p, p_ref, sigmoid
 
@@ -151,12 +154,27 @@ class PoSMap:
 p_next = sp.Symbol("p_n", real=True)
 
 
-@cache
+def anchor_kind(anchor: Anchor | str) -> str:
+    """``"reference"``, ``"mirror"`` or ``"two_kl"`` for an :class:`~grpo_companion.theory.Anchor`
+    or one of those names (the symbolic two-KL map keeps ``alpha`` as a symbol)."""
+    if isinstance(anchor, Anchor):
+        return anchor.kind
+    if anchor not in ANCHOR_KINDS:
+        raise ValueError(f"anchor must be an Anchor or one of {ANCHOR_KINDS}, got {anchor!r}")
+    return anchor
+
+
 def pos_map(
-    normalization: str = "mean_std",
+    normalization: Calibration | str = "mean_std",
     eps_placement: str = "sqrt",
-    anchor: str = "reference",
+    anchor: Anchor | str = "reference",
 ) -> PoSMap:
+    """PoS map of a variant, calibration x anchor (see :func:`_pos_map`)."""
+    return _pos_map(as_calibration(normalization, eps_placement), anchor_kind(anchor))
+
+
+@cache
+def _pos_map(calibration: Calibration, anchor: str) -> PoSMap:
     """PoS map for a calibration and an anchor (Theorems 2, 4, 9; Section 5; Table 1).
 
     The calibration weights of :func:`.calibration.calibration_weights` are
@@ -176,7 +194,7 @@ def pos_map(
     }
     if anchor not in anchors:
         raise ValueError(f"anchor={anchor!r} is not one of {tuple(anchors)}")
-    w = calibration_weights(normalization, eps_placement)
+    w = calibration_weights(calibration)
     sol = optimal_policy(1, 1)
     anchor_logit = anchors[anchor]
     anchor_prob = {

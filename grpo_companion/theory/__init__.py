@@ -1,14 +1,26 @@
 """Numerical theory of GRPO with verifiable rewards (Mroueh, arXiv 2503.06639v4).
 
-Modules (all under ``grpo_companion.theory``):
+Core modules (the theory every chapter and the trainer use; exported here):
 
-- ``calibration``: weights ``w+``, ``w-`` and ``Omega`` of each variant
-  (eqs. 3, 4, 13), the :class:`Calibration` object shared with the trainer.
+- ``normalizations``: the registry; each reward normalisation is one function,
+  what a group of ``n`` with ``k`` successes gives a success and a failure.
+- ``calibration``: weights ``w+``, ``w-`` and ``Omega`` of each calibration
+  (eqs. 3, 4, 13), derived from that definition; the :class:`Calibration`
+  object shared with the symbolic layer and the trainer.
+- ``variants``: :class:`Anchor` (reference, mirror, two-KL with ``alpha``),
+  :class:`Variant` (calibration x anchor) and the named :data:`CALIBRATIONS`.
 - ``finite_group``: exact expected weights for a group of ``G`` samples.
 - ``policies``: closed-form optimal policies (Theorems 1, 4, 8; Lemmas 2, 3).
 - ``dynamics``: PoS recurrences of Table 1 in logit space, derivatives, Lemma 1.
 - ``roots``: all interior fixed points, vectorised over parameter grids.
 - ``regimes``: period-2 orbits and long-run regime classification.
+- ``logistic``, ``_validate``: logit-space helpers and the argument checks.
+
+Chapter modules (each serves one chapter or page; import them by module name):
+``group_sampling`` (ch. 6 Monte Carlo), ``table1`` (ch. 5), ``bifurcation``
+(ch. 5), ``amplification`` (ch. 4), ``surrogate`` and ``kl_estimators``
+(ch. 7), ``relaxed`` (ch. 8), ``contraction``, ``staged`` and ``numerical``
+(claims ledger and errata).
 """
 
 from .calibration import Calibration, omega, omega_of_logit, weights
@@ -21,7 +33,9 @@ from .dynamics import (
     pos_map_logit_derivative,
     stability_bound,
 )
+from .group_sampling import group_advantages
 from .logistic import expit, log_bernoulli_variance, logit, sigmoid
+from .normalizations import NORMALIZATIONS, register_normalization, unregister_normalization
 from .policies import (
     anchored_policy,
     geometric_anchor,
@@ -40,9 +54,14 @@ from .regimes import (
     period_two_orbits_logit,
 )
 from .roots import fixed_points, fixed_points_logit
+from .variants import CALIBRATIONS, Anchor, Variant
 
 __all__ = [
+    "CALIBRATIONS",
+    "NORMALIZATIONS",
+    "Anchor",
     "Calibration",
+    "Variant",
     "DynamicsResult",
     "Regime",
     "anchored_policy",
@@ -51,6 +70,7 @@ __all__ = [
     "fixed_points",
     "fixed_points_logit",
     "geometric_anchor",
+    "group_advantages",
     "iterate",
     "iterate_logit",
     "kl_divergence",
@@ -67,9 +87,11 @@ __all__ = [
     "pos_map_derivative",
     "pos_map_logit",
     "pos_map_logit_derivative",
+    "register_normalization",
     "renyi_correction",
     "renyi_divergence",
     "sigmoid",
     "stability_bound",
+    "unregister_normalization",
     "weights",
 ]

@@ -105,7 +105,7 @@ def upper_fixed_point_logit(
             "Omega(1) is infinite for eps=0 with population whitening; "
             f"got eps={cal.eps!r}, normalization={cal.normalization!r}"
         )
-    top = float(cal._omega(np.array(np.inf)))
+    top = float(cal.omega_unchecked(np.array(np.inf)))
     lr, b = broadcast(logit_p_ref=lr, beta=b)
     out = lr + top / b
     return out[()] if out.ndim == 0 else out
@@ -146,7 +146,7 @@ def scan_fixed_points(
                  "the scan grid of every cell")
     grid = np.sinh(np.linspace(np.arcsinh(lo), np.arcsinh(hi), int(n_points)))
     with np.errstate(over="ignore"):  # eps = 0: Omega overflows to +inf far out, g = +inf
-        om = cal._omega(grid)
+        om = cal.omega_unchecked(grid)
         g = lr[..., None] + om / b[..., None] - grid
     change = np.signbit(g[..., 1:]) != np.signbit(g[..., :-1])
     at_or_below = grid[1:] <= lr[..., None]

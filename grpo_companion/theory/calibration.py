@@ -18,7 +18,6 @@ from numpy.typing import ArrayLike
 from scipy import optimize
 from scipy.special import expit
 
-from ._scales import EPS_PLACEMENTS, SCALES
 from ._validate import (
     check_choice,
     check_count,
@@ -33,6 +32,7 @@ from .finite_group import (
     _group_weights_prime_of_logit,
 )
 from .logistic import _log_bernoulli_variance, _log_sigmoid, logit
+from .normalizations import EPS_PLACEMENTS, NORMALIZATIONS, NUMPY_OPS, Normalization
 
 __all__ = [
     "EPS_PLACEMENTS",
@@ -44,8 +44,6 @@ __all__ = [
     "weights",
 ]
 
-#: Names of the reward normalisations (also used by the torch losses of ``grpo_companion.rl``).
-NORMALIZATIONS = tuple(SCALES)
 
 
 @dataclass(frozen=True)
@@ -54,12 +52,15 @@ class Calibration:
 
     Parameters
     ----------
-    normalization : {"mean_std", "mean_only"}
+    normalization : str
+        A name registered in :data:`~grpo_companion.theory.normalizations.NORMALIZATIONS`:
         ``"mean_std"`` whitens ``(r - mean) / std`` (GRPO, paper eq. 4);
-        ``"mean_only"`` only centres ``r - mean`` (Dr. GRPO, paper eq. 13).
+        ``"mean_only"`` only centres ``r - mean`` (Dr. GRPO, paper eq. 13);
+        ``"rloo"`` subtracts the mean of the other rewards of the group;
+        ``"max_abs"`` divides the centred reward by its largest magnitude.
     eps : float
         Smoothing: 0 or at least 1e-300 (subnormal values would overflow
-        ``1 / eps``). Ignored by ``"mean_only"``. With ``eps = 0`` the population
+        ``1 / eps``). Only ``"mean_std"`` uses it. With ``eps = 0`` the population
         ``"mean_std"`` weights are undefined at ``p`` in {0, 1}.
     eps_placement : {"sqrt", "std"}
         ``"sqrt"``: ``sqrt(p (1 - p) + eps)`` as in the paper, eq. (4).
@@ -75,15 +76,13 @@ class Calibration:
 
     Notes
     -----
-    **Adding a variant.** A normalisation is the function ``1 / scale(v)`` of
-    the reward variance ``v``. Write it, and ``v * d(1 / scale)/dv``, as
-    functions of ``log v`` in ``grpo_companion/theory/_scales.py`` and register
-    them under a new name in ``SCALES``. That single entry gives the population
-    weights, the finite-group weights, Omega and its derivative, hence the
-    policies, the PoS maps and fixed points; the trainer and the symbolic layer
-    take the same ``Calibration`` object. Also give ``log(1 / scale)`` as a
-    function of ``log v`` (``log_inverse_without_eps``), used with ``eps = 0``
-    to keep the weights finite where ``1 / scale`` overflows.
+    **Adding a variant.** Register one function, what a group of ``n`` with
+    ``k`` successes gives a success and a failure, with
+    :func:`~grpo_companion.theory.normalizations.register_normalization`. It
+    gives the population weights, Omega and its derivative, the finite-group
+    weights, the numpy and torch group advantages and the SymPy expressions,
+    hence the policies, PoS maps, fixed points and both training modes. The
+    chapter "Add your own variant" does it in a notebook.
     """
 
     normalization: str = "mean_std"
@@ -93,7 +92,7 @@ class Calibration:
     ddof: int = 0
 
     def __post_init__(self) -> None:
-        check_choice("normalization", self.normalization, tuple(SCALES))
+        check_choice("normalization", self.normalization, tuple(NORMALIZATIONS))
         check_choice("eps_placement", self.eps_placement, EPS_PLACEMENTS)
         eps = float(check_real("eps", self.eps, 0.0, scalar=True))
         if not (eps == 0 or eps >= 1e-300):
@@ -107,23 +106,78 @@ class Calibration:
             object.__setattr__(self, "group_size", g)
 
     # ------------------------------------------------------------------ helpers
-    @property
+    @cached_property
+    def definition(self) -> Normalization:
+        """The registered normalisation (kept as it was when this calibration was made)."""
+        return NORMALIZATIONS[self.normalization]
+
+    @cached_property
     def undefined_at_boundary(self) -> bool:
         """True when Omega blows up at ``p`` in {0, 1} (population, whitened, ``eps = 0``)."""
-        return (
-            self.group_size is None
-            and self.eps == 0
-            and SCALES[self.normalization].unbounded_without_eps
-        )
+        if self.group_size is not None:
+            return False
+        kernels = self.definition.kernels
+        if kernels is not None:
+            return self.eps == 0 and kernels.unbounded_without_eps
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ends = self.definition.gains(np.array([0.0, 1.0]), np.array([1.0, 0.0]), None,
+                                         self, NUMPY_OPS)
+        return not all(np.all(np.isfinite(x)) for x in ends)
+
+    @property
+    def constant_omega(self) -> bool:
+        """True when Omega does not depend on p (mean-only; RLOO's population limit)."""
+        table = self._omega(np.linspace(-30.0, 30.0, 61))
+        return bool(np.ptp(table) <= 1e-12 * np.abs(table).max())
 
     @cached_property
     def _gains(self) -> tuple[np.ndarray, np.ndarray]:
         assert self.group_size is not None
-        return _group_gains(
-            self.group_size, self.normalization, self.eps, self.eps_placement, self.ddof
-        )
+        return _group_gains(self)
 
-    def _check_boundary(self, logit_p: np.ndarray, name: str = "logit_p") -> None:
+    def _generic_weights(self, logit_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Population weights straight from the definition, at ``p`` and ``1 - p`` from L."""
+        succ, fail = expit(logit_p), expit(-logit_p)
+        plus, minus = self.definition.gains(succ, fail, None, self, NUMPY_OPS)
+        shape = np.shape(logit_p)
+        return (np.broadcast_to(np.asarray(plus, dtype=np.float64), shape)[()] * 1.0,
+                np.broadcast_to(np.asarray(minus, dtype=np.float64), shape)[()] * 1.0)
+
+    @cached_property
+    def _generic_omega_prime(self) -> Any:
+        """``d Omega / dL`` of the definition, derived by SymPy and compiled for numpy."""
+        import sympy as sp
+
+        from .normalizations import sympy_ops
+
+        p, q = sp.symbols("p q", positive=True)
+        plus, minus = self.definition.gains(p, q, None, self, sympy_ops())
+        om = plus + minus
+        # p = sigmoid(L), q = 1 - p: dp/dL = p q and dq/dL = -p q
+        deriv = sp.simplify((sp.diff(om, p) - sp.diff(om, q)) * p * q)
+        return sp.lambdify((p, q), deriv, modules="numpy")
+
+    # Unchecked kernels for inner loops that validate their inputs once: each takes a
+    # float64 ndarray of logits (+-inf allowed unless ``undefined_at_boundary``).
+    def omega_unchecked(self, logit_p: np.ndarray) -> np.ndarray:
+        """``Omega`` of a validated float64 logit array, without checks (inner loops)."""
+        return self._omega(logit_p)
+
+    def omega_prime_unchecked(self, logit_p: np.ndarray) -> np.ndarray:
+        """``dOmega/dL`` of a validated float64 logit array, without checks (inner loops)."""
+        return self._omega_prime(logit_p)
+
+    def log_omega_unchecked(self, logit_p: np.ndarray) -> np.ndarray:
+        """``log Omega`` of a validated finite float64 logit array, without checks."""
+        return self._log_omega(logit_p)
+
+    @property
+    def omega_kernels(self) -> tuple[Any, Any, Any]:
+        """``(omega_unchecked, omega_prime_unchecked, log_omega_unchecked)``."""
+        return self.omega_unchecked, self.omega_prime_unchecked, self.log_omega_unchecked
+
+    def check_boundary(self, logit_p: np.ndarray, name: str = "logit_p") -> None:
+        """Raise ``ValueError`` for an infinite logit where Omega is infinite at p in {0, 1}."""
         if self.undefined_at_boundary and np.isinf(logit_p).any():
             value = float(np.asarray(logit_p)[np.isinf(logit_p)].flat[0])
             raise ValueError(
@@ -136,6 +190,8 @@ class Calibration:
     def _weights(self, logit_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.group_size is not None:
             return _group_weights_of_logit(logit_p, self._gains)
+        if self.definition.kernels is None:
+            return self._generic_weights(logit_p)
         om = self._omega(logit_p)
         to_fail, to_succeed = expit(-logit_p), expit(logit_p)  # 1 - p and p
         with np.errstate(invalid="ignore"):  # inf * 0 far out with eps = 0, redone below
@@ -161,15 +217,15 @@ class Calibration:
 
     def _log_omega(self, logit_p: np.ndarray) -> np.ndarray:
         """``log Omega`` for finite logits, finite also where ``Omega`` overflows (``eps = 0``)."""
-        if self.group_size is None and self.eps == 0:
-            return SCALES[self.normalization].log_inverse_without_eps(
-                _log_bernoulli_variance(logit_p))
+        kernels = self.definition.kernels
+        if self.group_size is None and self.eps == 0 and kernels is not None:
+            return kernels.log_inverse_without_eps(_log_bernoulli_variance(logit_p))
         with np.errstate(divide="ignore"):
             return np.log(self._omega(logit_p))
 
     def _log_weights(self, logit_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.group_size is not None:
-            w_plus, w_minus = _group_weights_of_logit(logit_p, self._gains)
+        if self.group_size is not None or self.definition.kernels is None:
+            w_plus, w_minus = self._weights(logit_p)
             with np.errstate(divide="ignore"):
                 return np.log(w_plus), np.log(w_minus)
         inf = np.isinf(logit_p)
@@ -200,16 +256,24 @@ class Calibration:
         if self.group_size is not None:
             w_plus, w_minus = _group_weights_of_logit(logit_p, self._gains)
             return w_plus + w_minus
+        kernels = self.definition.kernels
+        if kernels is None:
+            w_plus, w_minus = self._generic_weights(logit_p)
+            return w_plus + w_minus
         v, log_v = self._variance(logit_p)
-        return SCALES[self.normalization].inverse(v, log_v, self.eps, self.eps_placement)
+        return kernels.inverse(v, log_v, self.eps, self.eps_placement)
 
     def _omega_prime(self, logit_p: np.ndarray) -> np.ndarray:
         if self.group_size is not None:
             d_plus, d_minus = _group_weights_prime_of_logit(logit_p, self._gains)
             return d_plus + d_minus
+        kernels = self.definition.kernels
+        if kernels is None:
+            lp = np.asarray(logit_p, dtype=np.float64)
+            d = self._generic_omega_prime(expit(lp), expit(-lp))
+            return (np.zeros_like(lp) + d)[()]
         v, log_v = self._variance(logit_p)
-        scale = SCALES[self.normalization]
-        elasticity = scale.elasticity(v, log_v, self.eps, self.eps_placement)
+        elasticity = kernels.elasticity(v, log_v, self.eps, self.eps_placement)
         return elasticity * -np.tanh(0.5 * logit_p)  # d v / dL = v (1 - 2p)
 
     # ------------------------------------------------------------- public API
@@ -223,7 +287,7 @@ class Calibration:
         smaller rounds to 0.
         """
         lp = check_logit("logit_p", logit_p)
-        self._check_boundary(lp)
+        self.check_boundary(lp)
         return self._weights(lp)
 
     def log_weights_of_logit(self, logit_p: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
@@ -236,7 +300,7 @@ class Calibration:
         A weight that is exactly 0 (a class without mass) gives ``-inf``.
         """
         lp = check_logit("logit_p", logit_p)
-        self._check_boundary(lp)
+        self.check_boundary(lp)
         return self._log_weights(lp)
 
     def weights(self, p: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
@@ -255,7 +319,7 @@ class Calibration:
         exceeds float64 beyond ``|logit_p| = 1419`` and is returned as ``inf``.
         """
         lp = check_logit("logit_p", logit_p)
-        self._check_boundary(lp)
+        self.check_boundary(lp)
         return self._omega(lp)
 
     def omega(self, p: ArrayLike) -> np.ndarray:
@@ -265,7 +329,7 @@ class Calibration:
     def omega_prime_of_logit(self, logit_p: ArrayLike) -> np.ndarray:
         """``d Omega / d L`` with ``L = logit(p)``."""
         lp = check_logit("logit_p", logit_p)
-        self._check_boundary(lp)
+        self.check_boundary(lp)
         return self._omega_prime(lp)
 
     def omega_prime(self, p: ArrayLike) -> np.ndarray:

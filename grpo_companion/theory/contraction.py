@@ -225,10 +225,10 @@ def reference_map_contraction(
     lr_c, b_c = lr[:, None], b[:, None]
 
     def g(L: np.ndarray) -> np.ndarray:
-        return lr_c + cal._omega(L) / b_c
+        return lr_c + cal.omega_unchecked(L) / b_c
 
     def g_prime(L: np.ndarray) -> np.ndarray:
-        return cal._omega_prime(L) / b_c
+        return cal.omega_prime_unchecked(L) / b_c
 
     return local_contraction(g, g_prime, ls, **options)
 

@@ -147,7 +147,7 @@ def _map_logit(
     """The logit map on checked, broadcast inputs."""
     ref_part, keep = _affine_parts(lr, a)
     with np.errstate(over="ignore"):
-        return ref_part + _prev_part(keep, lp) + cal._omega(lp) / b
+        return ref_part + _prev_part(keep, lp) + cal.omega_unchecked(lp) / b
 
 
 def pos_map(
@@ -266,7 +266,7 @@ def _iterate(
     emit(0)
     with np.errstate(over="ignore"):
         for n in range(1, n_steps + 1):
-            step = cal._omega(current)
+            step = cal.omega_unchecked(current)
             step *= inv_beta
             step += ref_part
             if np.any(keep):
@@ -295,13 +295,13 @@ def pos_map_logit_derivative(
     a = check_alpha(alpha)
     cal = resolve_calibration(calibration, **calibration_kwargs)
     lp, b, a = broadcast(logit_p=lp, beta=b, alpha=a)
-    cal._check_boundary(lp)
+    cal.check_boundary(lp)
     return _map_logit_slope(lp, b, a, cal)
 
 
 def _map_logit_slope(lp: np.ndarray, b: np.ndarray, a: np.ndarray,
                      cal: Calibration) -> np.ndarray:
-    return ((1.0 - a) + cal._omega_prime(lp) / b)[()]
+    return ((1.0 - a) + cal.omega_prime_unchecked(lp) / b)[()]
 
 
 def pos_map_derivative(
@@ -355,5 +355,5 @@ def stability_bound(
     """
     lp = logit(check_probability("p_star", p_star))
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    cal._check_boundary(lp, "p_star")
-    return np.abs(cal._omega_prime(lp))
+    cal.check_boundary(lp, "p_star")
+    return np.abs(cal.omega_prime_unchecked(lp))

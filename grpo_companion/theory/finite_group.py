@@ -20,11 +20,11 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from ._scales import SCALES
 from ._validate import check_count, check_logit, check_memory, check_real
 from .logistic import _log_bernoulli_variance, _log_sigmoid
+from .normalizations import NUMPY_OPS
 
-__all__ = ["group_gains", "group_weights_of_logit", "group_weights_prime_of_logit"]
+__all__ = ["group_gains", "group_table", "group_weights_of_logit", "group_weights_prime_of_logit"]
 
 
 def group_gains(
@@ -42,23 +42,42 @@ def group_gains(
     cal = Calibration(normalization, eps, eps_placement, check_count("group_size", group_size, 2),
                       ddof)
     assert cal.group_size is not None
-    return _group_gains(cal.group_size, cal.normalization, cal.eps, cal.eps_placement, cal.ddof)
+    return _group_gains(cal)
 
 
-def _group_gains(
-    group_size: int, normalization: str, eps: float, eps_placement: str, ddof: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`group_gains` on checked parameters."""
+def group_table(calibration: object, group_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(plus[k], minus[k])`` for ``k = 0..G`` successes, from the calibration's definition.
+
+    Entry ``k`` is the advantage magnitude of a success and of a failure in a
+    group of ``group_size`` samples with ``k`` successes; ``k = 0`` and
+    ``k = G`` (all rewards equal) give 0. This table is what the numpy and
+    torch group advantages look up.
+    """
+    from .calibration import Calibration
+
+    if not isinstance(calibration, Calibration):
+        raise ValueError(f"calibration must be a Calibration, got {calibration!r}")
+    g = check_count("group_size", group_size, 2)
+    check_memory("group_size", g, 16.0 * (g + 1), "the advantage table")
+    return _group_table(calibration, g)
+
+
+def _group_table(calibration: object, group_size: int) -> tuple[np.ndarray, np.ndarray]:
     g = group_size
-    k = np.arange(g + 1, dtype=np.float64)
-    inv = np.zeros(g + 1)
-    inner = slice(1, g)  # k = 0 and k = G: all rewards equal, advantage 0
-    v = k[inner] * (g - k[inner]) / (g * (g - ddof))
-    inv[inner] = SCALES[normalization].inverse(v, np.log(v), eps, eps_placement)
-    s = np.arange(g, dtype=np.float64)
-    gain_plus = (1.0 - (s + 1.0) / g) * inv[1:]
-    gain_minus = (s / g) * inv[:-1]
-    return gain_plus, gain_minus
+    k = np.arange(1, g, dtype=np.float64)
+    plus, minus = np.zeros(g + 1), np.zeros(g + 1)
+    if g > 1:
+        got = calibration.definition.gains(k / g, (g - k) / g, g, calibration, NUMPY_OPS)
+        plus[1:g], minus[1:g] = (np.broadcast_to(np.asarray(x, dtype=np.float64), k.shape)
+                                 for x in got)
+    return plus, minus
+
+
+def _group_gains(calibration: object) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`group_gains` of a checked calibration with a ``group_size``."""
+    plus, minus = _group_table(calibration, calibration.group_size)
+    # gain_plus[s]: a success with s other successes (k = s + 1); gain_minus[s]: k = s
+    return plus[1:], minus[:-1]
 
 
 def _binomial_pmf_of_logit(logit_p: np.ndarray, n: int) -> np.ndarray:

@@ -7,11 +7,11 @@ This module does exactly that, the way training code does it, so that the exact
 expectations of :mod:`grpo_companion.theory.finite_group` can be checked against
 simulated groups:
 
-- :func:`group_advantages` turns reward groups into advantages,
-  ``(r - mean) / (std + eps)`` as in TRL's ``GRPOTrainer`` (``ddof = 1``,
-  ``eps = 1e-4``, ``eps_placement="std"``) or ``(r - mean) / sqrt(var + eps)``
-  as in the paper's eq. (4) (``eps_placement="sqrt"``); a group whose rewards
-  are all equal gets advantage 0 (also when ``eps = 0``);
+- :func:`group_advantages` turns reward groups into advantages with any
+  registered calibration, from its one definition (for example
+  ``(r - mean) / (std + eps)`` as in TRL's ``GRPOTrainer``, or
+  ``(r - mean) / sqrt(var + eps)`` as in the paper's eq. (4)); a group whose
+  rewards are all equal gets advantage 0 (also when ``eps = 0``);
 - :func:`sample_groups` draws groups of i.i.d. Bernoulli(``p``) rewards;
 - :func:`estimate_group_weights` estimates ``w+_G(p) = E[A | r = 1]`` and
   ``w-_G(p) = -E[A | r = 0]`` with standard errors.
@@ -33,9 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._scales import EPS_PLACEMENTS, SCALES
 from ._validate import (
-    check_choice,
     check_count,
     check_memory,
     check_probability,
@@ -43,55 +41,58 @@ from ._validate import (
     check_seed,
 )
 from .calibration import Calibration, resolve_calibration
+from .finite_group import _group_table
 
 __all__ = ["GroupWeightEstimate", "estimate_group_weights", "group_advantages", "sample_groups"]
 
 
 def group_advantages(
-    rewards: ArrayLike,
-    *,
-    normalization: str = "mean_std",
-    eps: float = 1e-5,
-    eps_placement: str = "sqrt",
-    ddof: int = 0,
+    rewards: ArrayLike, calibration: Calibration | None = None, **keywords: Any
 ) -> np.ndarray:
-    """Group-standardised advantages, one group per row of the last axis.
+    """Group-relative advantages of 0/1 rewards, one group per row of the last axis.
+
+    Derived from the calibration's definition
+    (:mod:`~grpo_companion.theory.normalizations`): a success in a group with
+    ``k`` successes gets ``+plus(k, G)``, a failure ``-minus(k, G)``; a group
+    whose rewards are all equal gets 0. For ``"mean_std"`` this is
+    ``(r - mean) / sqrt(var + eps)`` (paper, eq. 4) or ``(r - mean) / (std + eps)``.
 
     Parameters
     ----------
     rewards : array_like, shape (..., G)
-        Rewards of each group along the last axis (``G >= 2``).
-    normalization : {"mean_std", "mean_only"}
-        Whiten (GRPO) or only centre (Dr. GRPO) the rewards.
-    eps : float
-        Smoothing, ``>= 0``.
-    eps_placement : {"sqrt", "std"}
-        ``"sqrt"``: ``(r - mean) / sqrt(var + eps)`` (paper, eq. 4);
-        ``"std"``: ``(r - mean) / (std + eps)`` (DeepSeekMath, TRL, verl).
-    ddof : {0, 1}
-        ``var = sum (r - mean)^2 / (G - ddof)``; TRL uses ``torch.std``, i.e. 1.
+        Verifiable rewards, each 0 or 1, of each group along the last axis (``G >= 2``).
+    calibration : Calibration, optional
+        Default: ``Calibration()``, the paper's eq. (4). Or pass the
+        :class:`~grpo_companion.theory.Calibration` keywords (``normalization``,
+        ``eps``, ``eps_placement``, ``ddof``) instead.
 
     Returns
     -------
     ndarray
-        Same shape as ``rewards``. Groups whose rewards are all equal get 0.
+        Same shape as ``rewards``.
     """
     r = check_real("rewards", rewards)
     if r.ndim == 0 or r.shape[-1] < 2:
         raise ValueError(f"rewards must have a last axis of length >= 2, got shape {r.shape}")
-    check_choice("normalization", normalization, tuple(SCALES))
-    check_choice("eps_placement", eps_placement, EPS_PLACEMENTS)
-    eps = float(check_real("eps", eps, 0.0, scalar=True))
-    ddof = check_count("ddof", ddof, 0, 1)
-    centred = r - r.mean(axis=-1, keepdims=True)
-    constant = np.ptp(r, axis=-1, keepdims=True) == 0
-    if normalization == "mean_only":
-        return np.where(constant, 0.0, centred)
-    var = np.sum(centred * centred, axis=-1, keepdims=True) / (r.shape[-1] - ddof)
-    scale = np.sqrt(var + eps) if eps_placement == "sqrt" else np.sqrt(var) + eps
-    with np.errstate(invalid="ignore", divide="ignore"):
-        adv = centred / scale
-    return np.where(constant, 0.0, adv)
+    cal = resolve_calibration(calibration, **keywords)
+    return _table_advantages(r, cal)
+
+
+def _table_advantages(r: np.ndarray, cal: Calibration) -> np.ndarray:
+    """Look up each reward's advantage in the calibration's ``(k, G)`` table."""
+    g = r.shape[-1]
+    if cal.group_size is not None and cal.group_size != g:
+        raise ValueError(f"calibration has group_size={cal.group_size} but the groups have "
+                         f"{g} rewards; pass a calibration with group_size=None or {g}")
+    binary = (r == 0) | (r == 1)
+    if not np.all(binary):
+        bad = r[~binary].flat[0]
+        raise ValueError(f"rewards must each be 0 or 1 (verifiable rewards), got {bad!r}")
+    if cal.ddof >= g:
+        raise ValueError(f"group size must exceed ddof={cal.ddof}, got {g}")
+    plus, minus = _group_table(cal, g)
+    k = r.sum(axis=-1, keepdims=True).astype(np.int64)
+    return np.where(r == 1, plus[k], -minus[k])
 
 
 def sample_groups(
@@ -194,8 +195,7 @@ def estimate_group_weights(
     while done < n:
         k = min(chunk, n - done)
         rewards = (rng.random((m, k, g)) < flat[:, None, None]).astype(np.float64)
-        adv = group_advantages(rewards, normalization=cal.normalization, eps=cal.eps,
-                               eps_placement=cal.eps_placement, ddof=cal.ddof)
+        adv = _table_advantages(rewards, cal)
         z = np.stack([np.sum(adv * rewards, axis=-1), np.sum(rewards, axis=-1),
                       np.sum(adv * (1.0 - rewards), axis=-1), np.sum(1.0 - rewards, axis=-1)],
                      axis=-1)  # (m, k, 4)

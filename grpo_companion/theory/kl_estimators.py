@@ -232,9 +232,9 @@ def logit_drift(
         # overflows beyond |logit p| = 1419) and 0 at p in {0, 1}
         inner = np.isfinite(lp)
         safe = np.where(inner, lp, 0.0)
-        push = np.where(inner, np.exp(log_var + cal._log_omega(safe)), 0.0)
+        push = np.where(inner, np.exp(log_var + cal.log_omega_unchecked(safe)), 0.0)
     else:
-        push = var * cal._omega(lp)
+        push = var * cal.omega_unchecked(lp)
     target = ESTIMATOR_TARGETS[estimator]
     if target == "forward":
         with np.errstate(invalid="ignore"):

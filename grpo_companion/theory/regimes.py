@@ -117,9 +117,9 @@ def classify_dynamics(
     history = []
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         for n in range(n_transient + n_measure):
-            nxt = ref_part + _prev_part(keep, current) + cal._omega(current) * inv_beta
+            nxt = ref_part + _prev_part(keep, current) + cal.omega_unchecked(current) * inv_beta
             if n >= n_transient:
-                slope = (1.0 - a) + cal._omega_prime(current) * inv_beta
+                slope = (1.0 - a) + cal.omega_prime_unchecked(current) * inv_beta
                 lyap += (np.log(np.abs(slope)) + _log_bernoulli_variance(nxt)
                          - _log_bernoulli_variance(current))
             if n >= n_transient + n_measure - max_period - 1:
@@ -214,8 +214,8 @@ def _period_two_orbits(
 
     def f(x: np.ndarray, i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ref_part, keep = _affine_parts(lr[i], a[i])
-        val = ref_part + keep * x + cal._omega(x) / b[i]
-        slope = keep + cal._omega_prime(x) / b[i]
+        val = ref_part + keep * x + cal.omega_unchecked(x) / b[i]
+        slope = keep + cal.omega_prime_unchecked(x) / b[i]
         return val, slope
 
     def ff(x: np.ndarray, i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

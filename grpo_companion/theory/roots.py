@@ -120,10 +120,10 @@ def _fixed_points_flat(lr: np.ndarray, c: np.ndarray, cal: Calibration) -> np.nd
     n = lr.size
 
     def g(x: np.ndarray, i: np.ndarray) -> np.ndarray:
-        return lr[i] + c[i] * cal._omega(x) - x
+        return lr[i] + c[i] * cal.omega_unchecked(x) - x
 
     def g_and_slope(x: np.ndarray, i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return g(x, i), c[i] * cal._omega_prime(x) - 1.0
+        return g(x, i), c[i] * cal.omega_prime_unchecked(x) - 1.0
 
     every = np.arange(n)
     lo = lr.copy()

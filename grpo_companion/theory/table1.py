@@ -1,8 +1,9 @@
 """Table 1 of the paper (p. 13) as data, with a numerical check of every row.
 
-Each row is a :class:`Variant`: a calibration (mean + variance whitening or
-mean only) and the reference share ``alpha`` of the KL penalty (1: KL to
-``pi_ref``; 0: mirror, KL to the previous policy; in between: two-KL). The
+Each row is a :class:`Table1Row` holding a :class:`~grpo_companion.theory.Variant`:
+a calibration (mean + variance whitening or mean only) and an anchor, whose
+reference share ``alpha`` of the KL penalty is 1 (KL to ``pi_ref``), 0 (mirror,
+KL to the previous policy) or in between (two-KL). The
 paper's fixed-point / stability claim for the row is stored with it.
 
 :func:`check_table1` checks every row twice:
@@ -35,13 +36,14 @@ from .logistic import logit
 from .policies import policy_iterate, pos, renyi_correction
 from .regimes import Regime, classify_dynamics
 from .roots import fixed_points_logit
+from .variants import Anchor, Variant
 
-__all__ = ["RowCheck", "Variant", "check_table1", "max_lemma1_bound", "variants"]
+__all__ = ["RowCheck", "Table1Row", "check_table1", "max_lemma1_bound", "variants"]
 
 
 @dataclass(frozen=True)
-class Variant:
-    """One row of Table 1.
+class Table1Row:
+    """One row of Table 1: a :class:`~grpo_companion.theory.Variant` and the paper's claim.
 
     Attributes
     ----------
@@ -50,9 +52,8 @@ class Variant:
         ``"two_kl"``, ``"two_kl_mean"``).
     method : str
         The row's name in the paper.
-    calibration : Calibration
-    alpha : float
-        Reference share of the KL penalty.
+    variant : Variant
+        Its calibration and anchor (the same object the trainer takes).
     recurrence : str
         The logit recurrence (LaTeX), with ``Delta_R = 0`` along ``pi_0 = pi_ref``.
     claim : str
@@ -61,13 +62,22 @@ class Variant:
 
     key: str
     method: str
-    calibration: Calibration
-    alpha: float
+    variant: Variant
     recurrence: str
     claim: str
 
+    @property
+    def calibration(self) -> Calibration:
+        """The row's calibration."""
+        return self.variant.calibration
 
-def variants(eps: float = 1e-5, alpha_two_kl: float = 0.5) -> tuple[Variant, ...]:
+    @property
+    def alpha(self) -> float:
+        """Reference share of the KL penalty (the anchor's ``alpha``)."""
+        return self.variant.alpha
+
+
+def variants(eps: float = 1e-5, alpha_two_kl: float = 0.5) -> tuple[Table1Row, ...]:
     """The six rows of Table 1, in the paper's order."""
     alpha_two_kl = float(check_real("alpha_two_kl", alpha_two_kl, 0.0, 1.0, open_low=True,
                                     open_high=True, scalar=True))
@@ -75,26 +85,26 @@ def variants(eps: float = 1e-5, alpha_two_kl: float = 0.5) -> tuple[Variant, ...
     mean = Calibration("mean_only")
     a = float(alpha_two_kl)
     return (
-        Variant("grpo", "GRPO, no clip (mean-var)", std, 1.0,
+        Table1Row("grpo", "GRPO, no clip (mean-var)", Variant(std, Anchor.reference()),
                 r"L_n = L_{\mathrm{ref}} + \Omega_\varepsilon(p_{n-1})/\beta",
                 "implicit fixed point p* = s(L_ref + Omega(p*)/beta); converges if "
                 "sup_p |h'(p)| < 1"),
-        Variant("dr_grpo", "Dr. GRPO, no clip (mean-only)", mean, 1.0,
+        Table1Row("dr_grpo", "Dr. GRPO, no clip (mean-only)", Variant(mean, Anchor.reference()),
                 r"L_n = L_{\mathrm{ref}} + 1/\beta",
                 "p* = s(L_ref + 1/beta), reached in one step; trivially stable"),
-        Variant("mirror", "Mirror GRPO (mean-var)", std, 0.0,
+        Table1Row("mirror", "Mirror GRPO (mean-var)", Variant(std, Anchor.mirror()),
                 r"L_n = L_{n-1} + \Omega_\varepsilon(p_{n-1})/\beta",
                 "no interior fixed point; p_n increases to 1 (global); 0 absorbing only "
                 "without success support"),
-        Variant("mirror_dr", "Mirror Dr. GRPO (mean-only)", mean, 0.0,
+        Table1Row("mirror_dr", "Mirror Dr. GRPO (mean-only)", Variant(mean, Anchor.mirror()),
                 r"L_n = L_{n-1} + 1/\beta",
                 "no interior fixed point; L_n = L_ref + n/beta, p_n increases to 1"),
-        Variant("two_kl", "Two-KL, mean+var", std, a,
+        Table1Row("two_kl", "Two-KL, mean+var", Variant(std, Anchor.two_kl(a)),
                 r"L_n = \alpha L_{\mathrm{ref}} + (1-\alpha) L_{n-1} + \Delta_R"
                 r" + \Omega_\varepsilon(p_{n-1})/\beta",
                 "L* = L_ref + Delta_R*/alpha + Omega(p*)/(alpha beta); affine contraction "
                 "in log-odds if Delta_R bounded; monotonicity not guaranteed"),
-        Variant("two_kl_mean", "Two-KL, mean only", mean, a,
+        Table1Row("two_kl_mean", "Two-KL, mean only", Variant(mean, Anchor.two_kl(a)),
                 r"L_n = \alpha L_{\mathrm{ref}} + (1-\alpha) L_{n-1} + \Delta_R + 1/\beta",
                 "unique L* = L_ref + Delta_R*/alpha + 1/(alpha beta); contraction in "
                 "log-odds with rate 1 - alpha; p* > p_ref if Delta_R* + 1/beta > 0"),
@@ -107,7 +117,7 @@ class RowCheck:
 
     Attributes
     ----------
-    variant : Variant
+    variant : Table1Row
     recurrence_error : float
         Largest ``|PoS(pi_n) - h(PoS(pi_{n-1}))|`` over prompts, betas and steps
         (policy closed form against the scalar map, one step at a time).
@@ -124,7 +134,7 @@ class RowCheck:
         The numbers behind the verdict.
     """
 
-    variant: Variant
+    variant: Table1Row
     recurrence_error: float
     trajectory_error: float
     renyi_max: float
@@ -143,7 +153,7 @@ def max_lemma1_bound(calibration: Calibration) -> float:
         raise ValueError(f"calibration must be a Calibration, got {calibration!r}")
     ext = calibration.omega_prime_extrema
     grid = np.concatenate([calibration._logit_table, ext])
-    return float(np.max(np.abs(calibration._omega_prime(grid))))
+    return float(np.max(np.abs(calibration.omega_prime_unchecked(grid))))
 
 
 def _random_problem(
@@ -161,7 +171,7 @@ def _random_problem(
 
 
 def _recurrence_errors(
-    v: Variant, pi_ref: np.ndarray, mask: np.ndarray, betas: np.ndarray, n_steps: int,
+    v: Table1Row, pi_ref: np.ndarray, mask: np.ndarray, betas: np.ndarray, n_steps: int,
     rng: np.random.Generator,
 ) -> tuple[float, float, float, dict[str, float]]:
     n_p = pi_ref.shape[0]
@@ -213,21 +223,22 @@ def _p_grid() -> np.ndarray:
                                      np.linspace(1e-9, 1 - 1e-9, 1001)]))
 
 
-def _check_reference(v: Variant, n_grid: int) -> tuple[str, str, dict[str, float]]:
+def _check_reference(v: Table1Row, n_grid: int) -> tuple[str, str, dict[str, float]]:
     cal = v.calibration
     p_ref, beta = _grid(n_grid)
     lr = logit(p_ref)
     roots = fixed_points_logit(lr, beta, calibration=cal)
     n_fp = np.sum(~np.isnan(roots), axis=-1)
     with np.errstate(invalid="ignore"):
-        resid = np.abs(roots - (lr[..., None] + cal._omega(roots) / beta[..., None]))
+        resid = np.abs(roots - (lr[..., None] + cal.omega_unchecked(roots) / beta[..., None]))
         resid = float(np.nanmax(resid / np.maximum(1.0, np.abs(roots))))
         above = bool(np.all((roots > lr[..., None]) | np.isnan(roots)))
     ev = {"fp_residual": resid, "max_fixed_points": float(n_fp.max()),
           "min_fixed_points": float(n_fp.min())}
-    if v.calibration.normalization == "mean_only":
+    if cal.constant_omega:  # mean-only: Omega is one number c
+        c = cal.omega_inf
         p1 = iterate(p_ref, p_ref, beta, 2, calibration=cal)
-        star = special.expit(lr + 1.0 / beta)
+        star = special.expit(lr + c / beta)
         ev["one_step_error"] = float(np.max(np.abs(p1[1] - star)))
         ev["second_step_change"] = float(np.max(np.abs(p1[2] - p1[1])))
         pg = _p_grid()[1:-1:50]
@@ -264,7 +275,7 @@ def _check_reference(v: Variant, n_grid: int) -> tuple[str, str, dict[str, float
     return ("pass" if ok else "fail"), reason, ev
 
 
-def _check_mirror(v: Variant, n_grid: int) -> tuple[str, str, dict[str, float]]:
+def _check_mirror(v: Table1Row, n_grid: int) -> tuple[str, str, dict[str, float]]:
     cal = v.calibration
     p_ref, beta = _grid(n_grid)
     roots = fixed_points_logit(logit(p_ref), beta, alpha=0.0, calibration=cal)
@@ -282,9 +293,9 @@ def _check_mirror(v: Variant, n_grid: int) -> tuple[str, str, dict[str, float]]:
           "p_from_zero_max": float(zero.max())}
     ok = (ev["interior_fixed_points"] == 0 and min_inc > 0 and ev["share_saturating"] == 1
           and ev["p_from_zero_max"] == 0)
-    if cal.normalization == "mean_only":
+    if cal.constant_omega:
         n = np.arange(path.shape[0]).reshape(-1, 1, 1)
-        arith = np.abs(path - (logit(p_ref) + n / beta))
+        arith = np.abs(path - (logit(p_ref) + n * cal.omega_inf / beta))
         ev["arithmetic_error"] = float(np.max(arith / np.maximum(1.0, np.abs(path))))
         ok = ok and ev["arithmetic_error"] < 1e-12
         reason = "L_n = L_ref + n/beta exactly; no interior fixed point; p_n increases to 1"
@@ -294,7 +305,7 @@ def _check_mirror(v: Variant, n_grid: int) -> tuple[str, str, dict[str, float]]:
     return ("pass" if ok else "fail"), reason, ev
 
 
-def _check_two_kl(v: Variant, n_grid: int) -> tuple[str, str, dict[str, float]]:
+def _check_two_kl(v: Table1Row, n_grid: int) -> tuple[str, str, dict[str, float]]:
     cal, a = v.calibration, v.alpha
     p_ref, beta = _grid(n_grid)
     lr = logit(p_ref)
@@ -316,8 +327,8 @@ def _check_two_kl(v: Variant, n_grid: int) -> tuple[str, str, dict[str, float]]:
           "max_fp_slope": float(np.nanmax(slope)),
           "cells_unstable_fp": float(np.sum(np.nanmax(slope, axis=-1) >= 1)),
           "cells_non_monotone": float(non_monotone.sum()), "cells": float(n_fp.size)}
-    if cal.normalization == "mean_only":
-        star = lr + 1.0 / (a * beta)
+    if cal.constant_omega:
+        star = lr + cal.omega_inf / (a * beta)
         n = np.arange(path.shape[0]).reshape(-1, 1, 1)
         geo = np.abs((path - star) - (1 - a) ** n * (lr - star))
         ev["geometric_rate_error"] = float(np.max(geo))

@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grpo_companion import theory
 from grpo_companion.rl import losses
 
 D = torch.float64
@@ -32,7 +33,7 @@ def test_group_advantages_match_formulas(bits):
     r = torch.tensor([bits], dtype=D)
     paper = losses.group_advantages(r, normalization="mean_std", eps=1e-5, eps_placement="sqrt",
                                     ddof=0)
-    trl = losses.group_advantages(r)  # defaults: TRL (Bessel std + 1e-4)
+    trl = losses.group_advantages(r, theory.CALIBRATIONS["trl"])  # Bessel std + 1e-4
     mean_only = losses.group_advantages(r, normalization="mean_only")
     np.testing.assert_allclose(paper[0].numpy(), _np_adv(bits, "paper", 1e-5, 0), atol=1e-12)
     np.testing.assert_allclose(trl[0].numpy(), _np_adv(bits, "trl", 1e-4, 1), atol=1e-12)
@@ -50,9 +51,17 @@ def test_paper_advantage_is_eq4_weights():
 @pytest.mark.parametrize("eps", [0.0, 1e-4])
 @pytest.mark.parametrize("placement", ["sqrt", "std"])
 def test_equal_rewards_give_zero_advantage(eps, placement):
-    r = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.3, 0.3, 0.3]], dtype=D)
+    r = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]], dtype=D)
     adv = losses.group_advantages(r, eps=eps, eps_placement=placement)
     assert torch.equal(adv, torch.zeros_like(adv))
+
+
+@pytest.mark.parametrize("bad", [0.3, -1.0, 2.0, float("nan")])
+def test_group_advantages_need_verifiable_rewards(bad):
+    # the advantage is derived from (k, G) of 0/1 rewards; anything else is refused by name
+    r = torch.tensor([[1.0, 0.0, bad]], dtype=D)
+    with pytest.raises(ValueError, match="rewards must each be 0 or 1"):
+        losses.group_advantages(r)
 
 
 @pytest.mark.parametrize(("kwargs", "name"), [

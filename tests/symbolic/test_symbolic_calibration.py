@@ -63,14 +63,16 @@ def test_unsmoothed_whitening_eq3():
     np.testing.assert_allclose(f(probs), 0, atol=1e-12)
     # eq. (3) is eq. (4) at eps = 0
     w4 = cal.calibration_weights("mean_std", "sqrt")
-    w3 = cal.calibration_weights("mean_std", "none")
+    w3 = cal.calibration_weights(theory.Calibration(eps=0.0))
     assert sp.simplify(w4.w_plus.subs(eps, 0) - w3.w_plus) == 0
 
 
-@pytest.mark.parametrize(("normalization", "placement"), [*CALIBRATIONS, ("mean_std", "none")])
-def test_successes_and_failures_carry_equal_weight(normalization, placement):
-    assert cal.mean_advantage(normalization, placement) == 0
-    eq = cal.equal_total_weight(normalization, placement)
+@pytest.mark.parametrize("calibration", [*(theory.Calibration(n, eps_placement=e)
+                                            for n, e in CALIBRATIONS),
+                                          theory.Calibration(eps=0.0)])
+def test_successes_and_failures_carry_equal_weight(calibration):
+    assert cal.mean_advantage(calibration) == 0
+    eq = cal.equal_total_weight(calibration)
     assert sp.simplify(eq.lhs - eq.rhs) == 0
 
 
@@ -114,7 +116,7 @@ def test_large_group_approaches_population_weights():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"normalization": "median"}, "normalization"),
+        ({"calibration": "median"}, "normalization"),
         ({"eps_placement": "inside"}, "eps_placement"),
     ],
 )

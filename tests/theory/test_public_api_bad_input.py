@@ -238,11 +238,15 @@ OVERRIDES: dict[str, dict[str, Kind]] = {
     "local_contraction": {"n_samples": _count(17, 3), "n_steps": _count(20, 1)},
     "max_lemma1_bound": {"calibration": Kind(Calibration(), {"None": None, "str": "x",
                                                             "int": 3})},
+    "group_table": {"calibration": Kind(Calibration(), {"None": None, "str": "x", "int": 3}),
+                    "group_size": _count(4, 2, sizes_memory=True)},
 }
 EXTRA_VALID: dict[str, dict[str, Any]] = {
     "estimate_group_weights": {"group_size": 4},
-    "group_weights_of_logit": {"gains": Calibration(group_size=4)._gains},
-    "group_weights_prime_of_logit": {"gains": Calibration(group_size=4)._gains},
+    "group_weights_of_logit": {"gains": theory.finite_group.group_gains(4, "mean_std", 1e-5,
+                                                                        "sqrt", 0)},
+    "group_weights_prime_of_logit": {"gains": theory.finite_group.group_gains(4, "mean_std", 1e-5,
+                                                                              "sqrt", 0)},
     "period_two_orbits": {"beta": 0.05}, "period_two_orbits_logit": {"beta": 0.05},
     "check_table1": {"n_prompts": 2, "n_outcomes": 3},
     "local_contraction": {"f": lambda x: 0.5 * x, "fprime": lambda x: 0.5 + 0.0 * x},
@@ -263,8 +267,13 @@ NOT_CALLABLE_WITH_INPUT = {
     "DynamicsResult", "Regime", "Label", "LABEL_NAMES", "RegimeMap", "EPS_PLACEMENTS",
     "NORMALIZATIONS", "GroupWeightEstimate", "ESTIMATOR_TARGETS", "NumericalOptimum",
     "ContrastiveTerms", "MonteCarloEstimate", "RowCheck", "Variant", "ContractionCheck",
-    "StagedPath",
+    "StagedPath", "CALIBRATIONS", "ANCHOR_KINDS", "NUMPY_OPS", "Ops", "LogKernels",
+    "Normalization", "Table1Row",
 }
+# The registry's functions change global state; tests/theory/test_variants.py checks their
+# refusals (a taken name, a failing, negative, infinite or batch-level gains function).
+REGISTRY = {"register_normalization", "unregister_normalization", "sympy_ops",
+            "calibration_named"}
 # Result fields that do not depend on the batch of inputs (not empty for an empty batch).
 BATCH_FREE_FIELDS = {"staged_iterate": {"stage"}}
 CALIBRATION_METHODS = ("weights", "weights_of_logit", "log_weights_of_logit", "omega",
@@ -282,7 +291,7 @@ def public_callables() -> dict[str, Callable[..., Any]]:
     for module in modules:
         for name in getattr(module, "__all__", ()):
             obj = getattr(module, name)
-            if name in NOT_CALLABLE_WITH_INPUT or id(obj) in seen:
+            if name in NOT_CALLABLE_WITH_INPUT or name in REGISTRY or id(obj) in seen:
                 continue
             seen.add(id(obj))
             out[name] = obj
