@@ -47,12 +47,30 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import optimize, special
 
-from grpo_companion.theory.calibration import Calibration, resolve_calibration
+from ._validate import (
+    as_float_array,
+    broadcast,
+    check_alpha,
+    check_beta,
+    check_count,
+    check_probability,
+    check_probability_vector,
+    check_real,
+    check_scalar_array,
+    check_seed,
+    check_success_mask,
+)
+from .calibration import Calibration, resolve_calibration
+from .dynamics import pos_map
+from .policies import anchored_policy, kl_divergence, policy_iterate, pos
+from .roots import fixed_points
 
 __all__ = [
     "ErrorDecomposition",
+    "GapMeasurement",
     "GapReport",
     "LogLinearPolicy",
     "ParametricRun",
@@ -60,38 +78,40 @@ __all__ = [
     "error_decomposition",
     "exact_iterates",
     "grpo_objective",
+    "measure_gap",
     "minimal_increments",
-    "parametric_grpo",
+    "nearest_fixed_point",
     "parametric_gap",
+    "parametric_grpo",
     "projection_error",
     "random_features",
-    "success_prob",
     "tabular_features",
     "total_variation",
 ]
 
 
-def _check_mask(success: np.ndarray) -> np.ndarray:
-    mask = np.asarray(success)
-    if mask.ndim != 2 or mask.dtype != bool:
-        raise ValueError(f"success must be a boolean array (n_prompts, n_outputs), got "
-                         f"dtype {mask.dtype} and shape {mask.shape}")
-    if not (mask.any(axis=1) & (~mask).any(axis=1)).all():
-        raise ValueError("every prompt needs at least one success and one failure output")
+# --------------------------------------------------------------------------- checks
+
+
+def _check_mask(success: ArrayLike) -> np.ndarray:
+    """A boolean ``(n_prompts, n_outputs)`` reward table with both classes in every row."""
+    mask = check_success_mask(success, "success")
+    if mask.ndim != 2:
+        raise ValueError(f"success must be a 2-D array (n_prompts, n_outputs) of 0/1 or "
+                         f"booleans, got shape {mask.shape}")
+    both = mask.any(axis=1) & (~mask).any(axis=1)
+    if not both.all():
+        raise ValueError(f"success must give every prompt at least one success and one "
+                         f"failure output; prompt {int(np.flatnonzero(~both)[0])} has not")
     return mask
 
 
-def _check_beta(beta: float) -> float:
-    b = float(beta)
-    if not b > 0 or not np.isfinite(b):
-        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
-    return b
+def _check_beta(beta: object) -> float:
+    return float(check_scalar_array("beta", check_beta(beta)))
 
 
-def _check_steps(n_steps: int) -> int:
-    if isinstance(n_steps, bool) or not isinstance(n_steps, int | np.integer) or n_steps < 0:
-        raise ValueError(f"n_steps must be an int >= 0, got {n_steps!r}")
-    return int(n_steps)
+def _check_tol(name: str, value: object) -> float:
+    return float(check_real(name, value, 0.0, open_low=True, scalar=True))
 
 
 # --------------------------------------------------------------------------- features
@@ -99,10 +119,9 @@ def _check_steps(n_steps: int) -> int:
 
 def tabular_features(n_prompts: int, n_outputs: int) -> np.ndarray:
     """One-hot features ``(N, K, N K)``: one free logit per (prompt, output)."""
-    for name, value in (("n_prompts", n_prompts), ("n_outputs", n_outputs)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return np.eye(n_prompts * n_outputs).reshape(n_prompts, n_outputs, -1)
+    n = check_count("n_prompts", n_prompts, 1)
+    k = check_count("n_outputs", n_outputs, 1)
+    return np.eye(n * k).reshape(n, k, -1)
 
 
 def random_features(n_prompts: int, n_outputs: int, dim: int, *, seed: int = 0) -> np.ndarray:
@@ -112,16 +131,16 @@ def random_features(n_prompts: int, n_outputs: int, dim: int, *, seed: int = 0) 
     (``dim`` columns are the first ``dim`` of ``dim + 1``), and ``dim = N K`` is
     the tabular family in rotated coordinates.
     """
-    total = n_prompts * n_outputs
-    if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= total:
-        raise ValueError(f"dim must be an int in [1, {total}], got {dim!r}")
-    rng = np.random.default_rng(seed)
-    q, r = np.linalg.qr(rng.normal(size=(total, total)))
+    n = check_count("n_prompts", n_prompts, 1)
+    k = check_count("n_outputs", n_outputs, 1)
+    d = check_count("dim", dim, 1, n * k)
+    rng = np.random.default_rng(check_seed("seed", seed))
+    q, r = np.linalg.qr(rng.normal(size=(n * k, n * k)))
     q = q * np.sign(np.diag(r))  # Haar-distributed, deterministic signs
-    return q[:, :dim].reshape(n_prompts, n_outputs, dim)
+    return q[:, :d].reshape(n, k, d)
 
 
-def correctness_features(success: np.ndarray, groups: np.ndarray | int) -> np.ndarray:
+def correctness_features(success: ArrayLike, groups: ArrayLike | int) -> np.ndarray:
     """Shared "be correct" logits: ``phi(q, o) = r(q, o) e_{g(q)}``, shape ``(N, K, G)``.
 
     ``groups`` is an int ``G`` (prompt ``q`` goes to group ``q mod G``) or an
@@ -132,16 +151,14 @@ def correctness_features(success: np.ndarray, groups: np.ndarray | int) -> np.nd
     """
     mask = _check_mask(success)
     n = mask.shape[0]
-    if isinstance(groups, int | np.integer) and not isinstance(groups, bool):
-        if not 1 <= groups <= n:
-            raise ValueError(f"groups must be in [1, {n}], got {groups!r}")
-        labels = np.arange(n) % int(groups)
+    if np.ndim(groups) == 0:
+        labels = np.arange(n) % check_count("groups", groups, 1, n)
     else:
         labels = np.asarray(groups)
         if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer) or (
                 labels.min() < 0):
-            raise ValueError(f"groups must be an int or {n} non-negative int labels, "
-                             f"got {groups!r}")
+            raise ValueError(f"groups must be an int in [1, {n}] or {n} non-negative int "
+                             f"labels, got {groups!r}")
     onehot = np.eye(int(labels.max()) + 1)[labels]  # (N, G)
     return mask[:, :, None] * onehot[:, None, :]
 
@@ -165,8 +182,8 @@ class LogLinearPolicy:
     features: np.ndarray
 
     def __post_init__(self) -> None:
-        ref = np.asarray(self.ref_log_probs, dtype=np.float64)
-        phi = np.asarray(self.features, dtype=np.float64)
+        ref = as_float_array("ref_log_probs", self.ref_log_probs, "finite log-probabilities")
+        phi = as_float_array("features", self.features, "finite numbers")
         if ref.ndim != 2 or phi.ndim != 3 or phi.shape[:2] != ref.shape:
             raise ValueError(f"ref_log_probs must be (N, K) and features (N, K, d), got "
                              f"{ref.shape} and {phi.shape}")
@@ -182,55 +199,89 @@ class LogLinearPolicy:
     def dim(self) -> int:
         return self.features.shape[2]
 
-    def log_probs(self, theta: np.ndarray) -> np.ndarray:
+    @property
+    def ref_probs(self) -> np.ndarray:
+        """``(N, K)`` probabilities of ``pi_ref`` (``theta = 0``)."""
+        return np.exp(self.ref_log_probs)
+
+    def log_probs(self, theta: ArrayLike) -> np.ndarray:
         """``(N, K)`` log-probabilities of ``pi_theta``."""
-        theta = np.asarray(theta, dtype=np.float64)
-        if theta.shape != (self.dim,):
-            raise ValueError(f"theta must have shape ({self.dim},), got {theta.shape}")
+        return self._log_probs(self._check_theta(theta))
+
+    def _check_theta(self, theta: ArrayLike) -> np.ndarray:
+        x = as_float_array("theta", theta, "finite numbers")
+        if x.shape != (self.dim,) or not np.all(np.isfinite(x)):
+            raise ValueError(f"theta must be {self.dim} finite numbers (shape ({self.dim},)), "
+                             f"got shape {x.shape}")
+        return x
+
+    def _log_probs(self, theta: np.ndarray) -> np.ndarray:
+        """:meth:`log_probs` without the checks, for the solver's inner loop."""
         logits = self.ref_log_probs + self.features @ theta
         return logits - special.logsumexp(logits, axis=1, keepdims=True)
 
-    def probs(self, theta: np.ndarray) -> np.ndarray:
+    def probs(self, theta: ArrayLike) -> np.ndarray:
+        """``(N, K)`` probabilities of ``pi_theta``."""
         return np.exp(self.log_probs(theta))
 
 
-def success_prob(probs: np.ndarray, success: np.ndarray) -> np.ndarray:
-    """PoS ``P(S|q)`` per prompt (eq. 7) of policies ``(..., N, K)``."""
-    return np.minimum(np.sum(np.where(success, probs, 0.0), axis=-1), 1.0)
+def total_variation(p: ArrayLike, q: ArrayLike) -> np.ndarray:
+    """``TV(p, q) = 1/2 sum_o |p(o) - q(o)| = sup_A |p(A) - q(A)|`` over the last axis.
 
-
-def total_variation(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """``TV(p, q) = 1/2 sum_o |p(o) - q(o)| = sup_A |p(A) - q(A)|`` over the last axis."""
-    return 0.5 * np.sum(np.abs(np.asarray(p) - np.asarray(q)), axis=-1)
+    This is the distance of the paper's Assumption 1 (Appendix F).
+    """
+    pp = check_probability_vector("p", p)
+    qq = check_probability_vector("q", q)
+    pp, qq = broadcast(p=pp, q=qq)
+    return 0.5 * np.sum(np.abs(pp - qq), axis=-1)
 
 
 # --------------------------------------------------------------------------- objective
 
 
 def _advantages(success: np.ndarray, p_prev: np.ndarray, cal: Calibration) -> np.ndarray:
+    """``+w+(p_prev)`` on successes, ``-w-(p_prev)`` on failures, per prompt (eqs. 3-4)."""
     w_plus, w_minus = cal.weights(p_prev)
-    return np.where(success, w_plus[:, None], -w_minus[:, None])
+    return np.where(success, np.asarray(w_plus)[..., None], -np.asarray(w_minus)[..., None])
+
+
+def _check_p_prev(p_prev: ArrayLike, mask: np.ndarray) -> np.ndarray:
+    p = check_probability("p_prev", p_prev)
+    if p.shape != mask.shape[:1]:
+        raise ValueError(f"p_prev must hold one success probability per prompt, shape "
+                         f"({mask.shape[0]},), got shape {p.shape}")
+    return p
+
+
+def _check_policy(policy: object, mask: np.ndarray) -> LogLinearPolicy:
+    if not isinstance(policy, LogLinearPolicy):
+        raise ValueError(f"policy must be a LogLinearPolicy, got {type(policy).__name__}")
+    if mask.shape != policy.ref_log_probs.shape:
+        raise ValueError(f"success has shape {mask.shape}, the policy "
+                         f"{policy.ref_log_probs.shape}")
+    return policy
 
 
 def grpo_objective(
     policy: LogLinearPolicy,
-    theta: np.ndarray,
-    success: np.ndarray,
-    p_prev: np.ndarray,
+    theta: ArrayLike,
+    success: ArrayLike,
+    p_prev: ArrayLike,
     beta: float,
     *,
     calibration: Calibration | None = None,
     **calibration_kwargs: Any,
 ) -> tuple[float, np.ndarray]:
-    """Exact (GRPO Iterations) objective and its gradient in ``theta``.
+    """Exact (GRPO Iterations) objective of Appendix F and its gradient in ``theta``.
 
     ``J(theta) = mean_q [w+(p_prev) P_theta(S|q) - w-(p_prev) P_theta(F|q)
     - beta KL(pi_theta(.|q) || pi_ref(.|q))]``.
     """
     mask = _check_mask(success)
+    policy = _check_policy(policy, mask)
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    adv = _advantages(mask, np.asarray(p_prev, dtype=np.float64), cal)
-    return _objective(policy, np.asarray(theta, dtype=np.float64), adv, _check_beta(beta))
+    adv = _advantages(mask, _check_p_prev(p_prev, mask), cal)
+    return _objective(policy, policy._check_theta(theta), adv, _check_beta(beta))
 
 
 def _objective(policy: LogLinearPolicy, theta: np.ndarray, adv: np.ndarray,
@@ -247,7 +298,7 @@ def _objective_parts(policy: LogLinearPolicy, theta: np.ndarray, adv: np.ndarray
     ``V = E_pi[c]``, ``dV/ds = g = pi (c - V)`` and
     ``d2V/ds2 = diag(g) - g pi^T - pi g^T - beta (diag(pi) - pi pi^T)``.
     """
-    log_pi = policy.log_probs(theta)
+    log_pi = policy._log_probs(theta)
     pi = np.exp(log_pi)
     c = adv - beta * (log_pi - policy.ref_log_probs)  # per-output payoff
     value = np.sum(pi * c, axis=1)  # E_pi[A] - beta KL, per prompt
@@ -266,23 +317,23 @@ def _objective_parts(policy: LogLinearPolicy, theta: np.ndarray, adv: np.ndarray
     return float(value.mean()), grad, hess / n
 
 
-def projection_error(policy: LogLinearPolicy, theta: np.ndarray, success: np.ndarray,
-                     p_prev: np.ndarray, beta: float, *,
+def projection_error(policy: LogLinearPolicy, theta: ArrayLike, success: ArrayLike,
+                     p_prev: ArrayLike, beta: float, *,
                      calibration: Calibration | None = None,
                      **calibration_kwargs: Any) -> np.ndarray:
     """``KL(pi_theta(.|q) || pi*(.|q))`` per prompt, ``pi*`` the Theorem 1 optimum at ``p_prev``.
 
-    ``J(theta) = beta mean_q [log Z*(q) - KL(pi_theta || pi*)]``: the KL is the
+    ``pi*`` is :func:`~grpo_companion.theory.anchored_policy` with the
+    reference as anchor (Theorems 1 and 8). Since
+    ``J(theta) = beta mean_q [log Z*(q) - KL(pi_theta || pi*)]``, the KL is the
     objective a step leaves on the table, divided by ``beta``.
     """
     mask = _check_mask(success)
+    policy = _check_policy(policy, mask)
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    b = _check_beta(beta)
-    adv = _advantages(mask, np.asarray(p_prev, dtype=np.float64), cal)
-    log_target = policy.ref_log_probs + adv / b
-    log_target -= special.logsumexp(log_target, axis=1, keepdims=True)
-    log_pi = policy.log_probs(theta)
-    return np.sum(np.exp(log_pi) * (log_pi - log_target), axis=1)
+    target = anchored_policy(policy.ref_probs, mask, _check_p_prev(p_prev, mask),
+                             _check_beta(beta), calibration=cal)
+    return kl_divergence(policy.probs(theta), target)
 
 
 # --------------------------------------------------------------------------- iterations
@@ -310,7 +361,7 @@ class ParametricRun:
 
 def parametric_grpo(
     policy: LogLinearPolicy,
-    success: np.ndarray,
+    success: ArrayLike,
     beta: float,
     n_steps: int,
     *,
@@ -331,17 +382,18 @@ def parametric_grpo(
     ``accept_gtol``; ``RuntimeError`` is raised otherwise.
     """
     mask = _check_mask(success)
-    if mask.shape != policy.ref_log_probs.shape:
-        raise ValueError(f"success has shape {mask.shape}, the policy "
-                         f"{policy.ref_log_probs.shape}")
+    policy = _check_policy(policy, mask)
     b = _check_beta(beta)
-    n_steps = _check_steps(n_steps)
+    n_steps = check_count("n_steps", n_steps, 0)
+    gtol = _check_tol("gtol", gtol)
+    accept_gtol = _check_tol("accept_gtol", accept_gtol)
+    max_iter = check_count("max_iter", max_iter, 1)
     cal = resolve_calibration(calibration, **calibration_kwargs)
     theta = np.zeros(policy.dim)
     thetas, probs = [theta], [policy.probs(theta)]
     grad_norms, kls = [], []
     for _ in range(n_steps):
-        p_prev = success_prob(probs[-1], mask)
+        p_prev = pos(probs[-1], mask)
         adv = _advantages(mask, p_prev, cal)
 
         def neg(x: np.ndarray, adv: np.ndarray = adv) -> tuple[float, np.ndarray]:
@@ -367,7 +419,7 @@ def parametric_grpo(
     return ParametricRun(
         thetas=np.stack(thetas),
         probs=probs_arr,
-        success_prob=success_prob(probs_arr, mask),
+        success_prob=pos(probs_arr, mask),
         grad_norm=np.asarray(grad_norms),
         projection_kl=np.stack(kls) if kls else np.zeros((0, mask.shape[0])),
     )
@@ -397,8 +449,8 @@ def _polish(neg: Any, neg_hess: Any, theta: np.ndarray,
 
 
 def exact_iterates(
-    ref_probs: np.ndarray,
-    success: np.ndarray,
+    ref_probs: ArrayLike,
+    success: ArrayLike,
     beta: float,
     n_steps: int,
     *,
@@ -407,26 +459,27 @@ def exact_iterates(
 ) -> np.ndarray:
     """Non-parametric iterates ``pi_0 = pi_ref, ..., pi_n`` (Theorem 1), ``(n + 1, N, K)``.
 
-    A thin wrapper of :func:`grpo_companion.theory.policy_iterate`.
+    :func:`~grpo_companion.theory.policy_iterate` for a reward table with a
+    success and a failure in every row.
     """
-    from grpo_companion.theory import policy_iterate
-
-    return policy_iterate(ref_probs, _check_mask(success), _check_beta(beta),
-                          _check_steps(n_steps), calibration=calibration,
-                          **calibration_kwargs)
+    return policy_iterate(ref_probs, _check_mask(success), _check_beta(beta), n_steps,
+                          calibration=calibration, **calibration_kwargs)
 
 
 # --------------------------------------------------------------------------- gap
 
 
-def minimal_increments(tv: np.ndarray) -> np.ndarray:
+def minimal_increments(tv: ArrayLike) -> np.ndarray:
     """Smallest ``delta_n >= 0`` with ``TV_n <= TV_{n-1} + delta_n`` (Assumption 1).
 
     ``delta_n = max(0, TV_n - TV_{n-1})`` along axis 0; shape ``(n, ...)`` for
     ``tv`` of shape ``(n + 1, ...)``.
     """
-    tv = np.asarray(tv, dtype=np.float64)
-    return np.maximum(0.0, np.diff(tv, axis=0))
+    x = check_real("tv", tv, 0.0, 1.0)
+    if x.ndim == 0 or x.shape[0] == 0:
+        raise ValueError(f"tv must be an array of distances (n + 1, ...) with n >= 0, "
+                         f"got shape {x.shape}")
+    return np.maximum(0.0, np.diff(x, axis=0))
 
 
 @dataclass(frozen=True)
@@ -456,12 +509,12 @@ class GapReport:
     pos_gap_mean: np.ndarray
 
 
-def parametric_gap(param_probs: np.ndarray, exact_probs: np.ndarray,
-                   success: np.ndarray) -> GapReport:
+def parametric_gap(param_probs: ArrayLike, exact_probs: ArrayLike,
+                   success: ArrayLike) -> GapReport:
     """TV, Assumption 1 increments and PoS gaps along two policy sequences ``(n + 1, N, K)``."""
     mask = _check_mask(success)
-    a = np.asarray(param_probs, dtype=np.float64)
-    e = np.asarray(exact_probs, dtype=np.float64)
+    a = check_probability_vector("param_probs", param_probs)
+    e = check_probability_vector("exact_probs", exact_probs)
     if a.shape != e.shape or a.ndim != 3 or a.shape[1:] != mask.shape:
         raise ValueError(f"param_probs and exact_probs must both be (n + 1, N, K) = "
                          f"(n + 1, {mask.shape[0]}, {mask.shape[1]}), got {a.shape}, {e.shape}")
@@ -469,7 +522,7 @@ def parametric_gap(param_probs: np.ndarray, exact_probs: np.ndarray,
     tv_mean = tv.mean(axis=1)
     delta, delta_mean = minimal_increments(tv), minimal_increments(tv_mean)
     zero_row = np.zeros((1, tv.shape[1]))
-    p_a, p_e = success_prob(a, mask), success_prob(e, mask)
+    p_a, p_e = pos(a, mask), pos(e, mask)
     return GapReport(
         tv=tv,
         tv_mean=tv_mean,
@@ -508,27 +561,29 @@ class ErrorDecomposition:
 
 def error_decomposition(
     run: ParametricRun,
-    exact_probs: np.ndarray,
-    ref_probs: np.ndarray,
-    success: np.ndarray,
+    exact_probs: ArrayLike,
+    ref_probs: ArrayLike,
+    success: ArrayLike,
     beta: float,
     *,
     calibration: Calibration | None = None,
     **calibration_kwargs: Any,
 ) -> ErrorDecomposition:
     """Projection and propagation parts of ``TV(pi~_n, pi_n)`` (see :class:`ErrorDecomposition`)."""
-    from grpo_companion.theory import pos_map
-
+    if not isinstance(run, ParametricRun):
+        raise ValueError(f"run must be a ParametricRun, got {type(run).__name__}")
     mask = _check_mask(success)
     cal = resolve_calibration(calibration, **calibration_kwargs)
     b = _check_beta(beta)
-    ref = np.asarray(ref_probs, dtype=np.float64)
+    ref = check_probability_vector("ref_probs", ref_probs)
+    exact = check_probability_vector("exact_probs", exact_probs)
+    if ref.shape != mask.shape or exact.shape != run.probs.shape:
+        raise ValueError(f"ref_probs must be (N, K) = {mask.shape} and exact_probs "
+                         f"{run.probs.shape} like the run, got {ref.shape} and {exact.shape}")
     p_param = run.success_prob[:-1]
-    adv = np.stack([_advantages(mask, p, cal) for p in p_param])
-    log_target = np.log(ref) + adv / b
-    target = np.exp(log_target - special.logsumexp(log_target, axis=-1, keepdims=True))
-    p_exact = success_prob(np.asarray(exact_probs, dtype=np.float64), mask)[:-1]
-    p_ref = success_prob(ref, mask)
+    target = anchored_policy(ref, mask, p_param, b, calibration=cal)  # pi*_n, (n, N, K)
+    p_exact = pos(exact, mask)[:-1]
+    p_ref = pos(ref, mask)
     propagation = np.abs(pos_map(p_param, p_ref, b, calibration=cal)
                          - pos_map(p_exact, p_ref, b, calibration=cal))
     return ErrorDecomposition(
@@ -536,3 +591,89 @@ def error_decomposition(
         propagation=propagation,
         pinsker=np.sqrt(np.maximum(run.projection_kl, 0.0) / 2),
     )
+
+
+# --------------------------------------------------------------------------- chapter 9
+
+
+def nearest_fixed_point(
+    p: ArrayLike,
+    p_ref: ArrayLike,
+    beta: ArrayLike,
+    *,
+    alpha: ArrayLike = 1.0,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """The fixed point ``p* = h(p*)`` of the PoS map nearest to ``p`` (Theorem 2, Table 1).
+
+    Used to name the limit an orbit has reached: ``p`` is its last iterate.
+    Elementwise over the broadcast of ``p``, ``p_ref``, ``beta`` and ``alpha``;
+    NaN where the map has no interior fixed point (mirror maps, ``p_ref`` in {0, 1}).
+    """
+    pp = check_probability("p", p)
+    pr = check_probability("p_ref", p_ref)
+    b = check_beta(beta)
+    a = check_alpha(alpha)
+    pp, pr, b, a = broadcast(p=pp, p_ref=pr, beta=b, alpha=a)
+    if pp.size == 0:
+        return np.zeros(pp.shape)
+    roots = fixed_points(pr.reshape(-1), b.reshape(-1), alpha=a.reshape(-1),
+                         calibration=calibration, **calibration_kwargs)
+    roots = roots.reshape(pp.size, -1)
+    out = np.full(pp.size, np.nan)
+    if roots.shape[1]:  # no column at all when no cell has a fixed point
+        dist = np.abs(roots - pp.reshape(-1, 1))
+        found = ~np.all(np.isnan(dist), axis=1)
+        best = np.argmin(np.where(np.isnan(dist), np.inf, dist), axis=1)
+        out[found] = roots[np.flatnonzero(found), best[found]]
+    return out.reshape(pp.shape)[()]
+
+
+@dataclass(frozen=True)
+class GapMeasurement:
+    """One run of :func:`measure_gap`: a parametric run against the exact iterates.
+
+    Attributes
+    ----------
+    run : the :class:`ParametricRun`
+    exact : ``(n + 1, N, K)`` non-parametric iterates (Theorem 1)
+    gap : :class:`GapReport` of ``run.probs`` against ``exact``
+    p_exact : ``(n + 1, N)`` PoS of the exact iterates
+    p_star : ``(N,)`` the fixed point of each prompt's map nearest to its last exact PoS
+    """
+
+    run: ParametricRun
+    exact: np.ndarray
+    gap: GapReport
+    p_exact: np.ndarray
+    p_star: np.ndarray
+
+
+def measure_gap(
+    policy: LogLinearPolicy,
+    success: ArrayLike,
+    beta: float,
+    n_steps: int,
+    *,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> GapMeasurement:
+    """Run parametric and exact GRPO side by side and measure the gap (Theorem 10, App. F).
+
+    Both start at ``pi_ref`` (the policy's ``theta = 0``). The fixed point
+    ``p*`` that Theorem 10 compares with is, for each prompt, the root of the
+    reference map (Theorem 2) nearest to the last exact iterate; whether the
+    exact orbit has actually reached it is for the caller to check
+    (``|p_exact[-1] - p_star|``).
+    """
+    mask = _check_mask(success)
+    policy = _check_policy(policy, mask)
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    run = parametric_grpo(policy, mask, beta, n_steps, calibration=cal)
+    ref = policy.ref_probs
+    exact = exact_iterates(ref, mask, beta, n_steps, calibration=cal)
+    p_exact = pos(exact, mask)
+    p_star = nearest_fixed_point(p_exact[-1], pos(ref, mask), beta, calibration=cal)
+    return GapMeasurement(run=run, exact=exact, gap=parametric_gap(run.probs, exact, mask),
+                          p_exact=p_exact, p_star=np.asarray(p_star))

@@ -1,23 +1,39 @@
 """Parametric (shared-parameter) GRPO iterations against the non-parametric theory."""
 
 import itertools
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from scipy import special
+from scipy import optimize, special
 
 from grpo_companion import theory
-from grpo_companion.rl import parametric as P
-from grpo_companion.rl.tasks import make_bandit_task
+from grpo_companion.theory import parametric as P
 
 EPS = 1e-5
 
 
 def _bandit(n_prompts=6, n_outputs=5, p_ref=(0.05, 0.15, 0.3, 0.45, 0.6, 0.8), seed=0):
-    task = make_bandit_task(n_prompts, n_outputs, n_success=2, p_ref=list(p_ref), seed=seed)
-    ref = task.ref_logits.numpy()
-    ref = ref - special.logsumexp(ref, axis=1, keepdims=True)
-    return ref, task.success.numpy(), task.p_ref
+    """Random reference log-probabilities with two successes per prompt and PoS exactly p_ref."""
+    rng = np.random.default_rng(seed)
+    success = np.zeros((n_prompts, n_outputs), dtype=bool)
+    for q in range(n_prompts):
+        success[q, rng.choice(n_outputs, size=2, replace=False)] = True
+    logits = rng.normal(size=(n_prompts, n_outputs))
+    p_ref = np.asarray(p_ref, dtype=float)
+    within = np.where(success, logits, -np.inf)
+    log_s = within - special.logsumexp(within, axis=1, keepdims=True)
+    within = np.where(success, -np.inf, logits)
+    log_f = within - special.logsumexp(within, axis=1, keepdims=True)
+    ref = np.where(success, log_s + np.log(p_ref)[:, None], log_f + np.log1p(-p_ref)[:, None])
+    return ref, success, p_ref
+
+
+def test_importing_the_module_does_not_import_torch():
+    code = ("import sys, grpo_companion.theory.parametric; "
+            "sys.exit(1 if 'torch' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
 @pytest.mark.parametrize("family", ["tabular", "correctness", "random_full"])
@@ -90,7 +106,7 @@ def test_objective_gradient_hessian_and_projection_identity():
     # direct formula: mean_q [w+ P(S) - w- P(F) - beta KL(pi_theta || pi_ref)]
     pi = policy.probs(theta)
     w_plus, w_minus = theory.weights(p_prev, eps=EPS)
-    p_s = P.success_prob(pi, success)
+    p_s = theory.pos(pi, success)
     direct = w_plus * p_s - w_minus * (1 - p_s) - 1.3 * theory.kl_divergence(pi, np.exp(ref))
     assert value == pytest.approx(direct.mean(), abs=1e-13)
     h = 1e-6
@@ -172,3 +188,109 @@ def test_features_and_validation():
         P.parametric_grpo(policy, success, 1.0, -1)
     run = P.parametric_grpo(policy, success, 1.0, 0)
     assert run.probs.shape == (1, 3, 2) and run.projection_kl.shape == (0, 3)
+
+
+# --------------------------------------------------------------------------- chapter 9 helpers
+
+
+def _h(p, p_ref, beta, eps=EPS):
+    """The reference PoS map of Theorem 2, written out: sigmoid(L_ref + Omega(p) / beta)."""
+    omega = 1.0 / np.sqrt(p * (1 - p) + eps)
+    return special.expit(special.logit(p_ref) + omega / beta)
+
+
+def _roots_by_bracketing(p_ref, beta):
+    """Every root of h(p) = p, as sign changes of g(L) = L_ref + Omega / beta - L and brentq.
+
+    In log-odds, since a root can sit far closer to 1 than float64 probabilities resolve.
+    """
+    def g(L):
+        var = special.expit(L) * special.expit(-L)
+        return special.logit(p_ref) + 1.0 / np.sqrt(var + EPS) / beta - L
+
+    grid = np.linspace(-40, 1000, 200001)
+    f = g(grid)
+    idx = np.flatnonzero(np.sign(f[:-1]) != np.sign(f[1:]))
+    return special.expit([optimize.brentq(g, grid[i], grid[i + 1], xtol=1e-13) for i in idx])
+
+
+@pytest.mark.parametrize(("p_ref", "beta"), [(0.2, 1.0), (0.2, 0.5), (1e-3, 5.0), (0.6, 3.0)])
+def test_nearest_fixed_point_against_bracketed_roots(p_ref, beta):
+    roots = _roots_by_bracketing(p_ref, beta)
+    assert roots.size in (1, 3)
+    starts = np.linspace(0.01, 0.99, 41)
+    expected = roots[np.argmin(np.abs(roots[None, :] - starts[:, None]), axis=1)]
+    got = P.nearest_fixed_point(starts, p_ref, beta, eps=EPS)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
+
+
+def test_nearest_fixed_point_is_where_direct_iteration_ends():
+    # beta = 3, p_ref = 0.6: one stable fixed point; iterate the written-out map to it
+    p = np.array([0.6, 0.3, 0.95])
+    for _ in range(500):
+        p = _h(p, 0.6, 3.0)
+    got = P.nearest_fixed_point(p, 0.6, 3.0, eps=EPS)
+    np.testing.assert_allclose(got, p, rtol=0, atol=1e-12)
+
+
+def test_nearest_fixed_point_broadcasts_and_gives_nan_without_a_root():
+    got = P.nearest_fixed_point(np.full((2, 3), 0.5), np.array([0.2, 0.4, 0.6]), [[1.0], [2.0]],
+                                eps=EPS)
+    assert got.shape == (2, 3) and np.all(np.isfinite(got))
+    assert np.isnan(P.nearest_fixed_point(0.5, 0.3, 1.0, alpha=0.0, eps=EPS))  # mirror map
+    assert P.nearest_fixed_point(np.array([]), 0.2, 1.0).shape == (0,)
+    with pytest.raises(ValueError, match="p_ref"):
+        P.nearest_fixed_point(0.5, 1.5, 1.0)
+    with pytest.raises(ValueError, match="beta"):
+        P.nearest_fixed_point(0.5, 0.2, 0.0)
+    with pytest.raises(ValueError, match="p, p_ref"):
+        P.nearest_fixed_point(np.full(2, 0.5), np.full(3, 0.2), 1.0)
+
+
+def test_measure_gap_against_the_scalar_recurrence_and_direct_sums():
+    ref, success, p_ref = _bandit()
+    n, k = success.shape
+    policy = P.LogLinearPolicy(ref, P.random_features(n, k, 3, seed=4))
+    m = P.measure_gap(policy, success, 3.0, 25, eps=EPS)
+    # exact PoS: the scalar recurrence of Theorem 2, iterated by hand
+    p = p_ref.copy()
+    path = [p]
+    for _ in range(25):
+        p = _h(p, p_ref, 3.0)
+        path.append(p)
+    np.testing.assert_allclose(m.p_exact, np.array(path), rtol=0, atol=1e-12)
+    # p* is a root of the written-out map, the one the exact orbit has reached
+    np.testing.assert_allclose(_h(m.p_star, p_ref, 3.0), m.p_star, rtol=0, atol=1e-12)
+    assert np.max(np.abs(m.p_exact[-1] - m.p_star)) < 1e-5  # still converging, slowly
+    # TV by direct sums over outputs, and the parametric run is the one parametric_grpo gives
+    direct = 0.5 * np.abs(m.run.probs - m.exact).sum(axis=-1)
+    np.testing.assert_allclose(m.gap.tv, direct, rtol=0, atol=1e-15)
+    again = P.parametric_grpo(policy, success, 3.0, 25, eps=EPS)
+    np.testing.assert_array_equal(m.run.probs, again.probs)
+    assert m.gap.tv_mean[-1] > 1e-3  # three features cannot follow eight prompts
+
+
+def test_input_checks_name_the_parameter():
+    ref, success, _ = _bandit()
+    n, k = success.shape
+    policy = P.LogLinearPolicy(ref, P.tabular_features(n, k))
+    with pytest.raises(ValueError, match="success"):
+        P.measure_gap(policy, success[:, :3], 1.0, 2)
+    with pytest.raises(ValueError, match="policy"):
+        P.measure_gap("policy", success, 1.0, 2)
+    with pytest.raises(ValueError, match="n_steps"):
+        P.measure_gap(policy, success, 1.0, 2.5)
+    with pytest.raises(ValueError, match="p_prev"):
+        P.projection_error(policy, np.zeros(n * k), success, np.full(n, 1.5), 1.0)
+    with pytest.raises(ValueError, match="p_prev"):
+        P.grpo_objective(policy, np.zeros(n * k), success, np.full(n + 1, 0.5), 1.0)
+    with pytest.raises(ValueError, match="theta"):
+        P.grpo_objective(policy, np.full(n * k, np.nan), success, np.full(n, 0.5), 1.0)
+    with pytest.raises(ValueError, match="tv"):
+        P.minimal_increments([0.1, np.nan])
+    with pytest.raises(ValueError, match="gtol"):
+        P.parametric_grpo(policy, success, 1.0, 1, gtol=0.0)
+    with pytest.raises(ValueError, match="seed"):
+        P.random_features(2, 2, 2, seed=-1)
+    with pytest.raises(ValueError, match="p"):
+        P.total_variation([0.5, 0.6], [0.5, 0.5])
