@@ -21,9 +21,9 @@ import sympy as sp
 p = sp.Symbol("p", real=True)
 p_ref = sp.Symbol("p_ref", real=True)
 beta = sp.Symbol("beta", positive=True)
-eps = sp.Symbol("epsilon", positive=True)
+eps = sp.Symbol("varepsilon", positive=True)  # the smoothing (displays as \varepsilon)
 alpha = sp.Symbol("alpha", positive=True)
-clip_eps = sp.Symbol("epsilon_clip", positive=True)
+clip_eps = sp.Symbol("kappa", positive=True)  # the PPO clip half-width (code: clip_eps)
 ratio = sp.Symbol("x", positive=True)
 
 #: argument order used by every ``lambdify`` helper in this package
