@@ -9,6 +9,9 @@ loss into your own loop):
 - :mod:`~grpo_companion.rl.policies`: tabular softmax and tiny transformer;
 - :mod:`~grpo_companion.rl.trainer`: ``TrainConfig`` and ``train`` (Algorithm 1
   and its exact version);
+- :mod:`~grpo_companion.rl.config`: how each ``TrainConfig`` field is declared
+  once (help, valid values, TRL name), and the validation, command line and
+  TRL name table generated from those declarations;
 - :mod:`~grpo_companion.rl.io`: atomic file writes;
 - :mod:`~grpo_companion.rl.history`: the append-only metric history that keeps
   every checkpoint the same size;

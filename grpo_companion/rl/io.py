@@ -94,12 +94,6 @@ def atomic_write_csv(
     atomic_write_text(path, buffer.getvalue())
 
 
-def read_csv(path: str | os.PathLike[str]) -> list[dict[str, str]]:
-    """Read a CSV written by :func:`atomic_write_csv` as a list of string dicts."""
-    with open(path, newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
-
-
 def atomic_torch_save(path: str | os.PathLike[str], obj: Any) -> None:
     """``torch.save`` ``obj`` to ``path`` atomically."""
     _atomic_write(Path(path), lambda handle: torch.save(obj, handle))

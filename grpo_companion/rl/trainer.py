@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
 import math
 import os
 import platform
@@ -61,7 +60,9 @@ import numpy as np
 import torch
 from tqdm import tqdm  # plain text bar: tqdm.auto warns on stderr without ipywidgets
 
+from grpo_companion.rl import config as _config
 from grpo_companion.rl import io, losses
+from grpo_companion.rl.config import Choice, Flag, Int, Real, Reals, Text, knob
 from grpo_companion.rl.history import HISTORY, HistoryError, MetricHistory
 from grpo_companion.rl.policies import TabularSoftmaxPolicy, TinyCausalTransformer
 from grpo_companion.rl.tasks import (
@@ -74,6 +75,7 @@ from grpo_companion.rl.tasks import (
     make_bandit_task,
     pretrain_reference,
 )
+from grpo_companion.theory.normalizations import EPS_PLACEMENTS, NORMALIZATIONS
 
 TASKS = ("bandit", "sequence")
 KL_CHOICES = ("exact", *losses.KL_ESTIMATORS)
@@ -110,201 +112,207 @@ class TrainingFault(RuntimeError):
     """
 
 
-def _is_int(value: object, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+def calibration_fields(calibration: Any) -> dict[str, Any]:
+    """The fields of a :class:`TrainConfig` that a ``theory.Calibration`` sets."""
+    return {"normalization": calibration.normalization, "eps": calibration.eps,
+            "eps_placement": calibration.eps_placement, "ddof": calibration.ddof,
+            "exact_group_size": calibration.group_size}
 
 
-def _is_real(value: object, low: float, high: float = math.inf, *, open_low: bool = False) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        return False
-    return (value > low if open_low else value >= low) and value <= high
+def variant_fields(variant: Any) -> dict[str, Any]:
+    """The fields of a :class:`TrainConfig` that a ``theory.Variant`` sets (calibration, alpha)."""
+    from grpo_companion.theory.variants import Variant
+
+    if not isinstance(variant, Variant):
+        raise ValueError(f"variant must be a theory.Variant or None, got {variant!r}")
+    return {**calibration_fields(variant.calibration), "alpha": variant.alpha}
 
 
+RUN, OBJECTIVE, SAMPLED, BANDIT, SEQUENCE, SOLVERS = (
+    "run", "objective", "sampled updates", "bandit task", "sequence task", "solvers")
+
+#: What TRL's ``scale_rewards`` values are here (the note of the TRL name table).
+_SCALE_REWARDS = (
+    '"group" is normalization="mean_std" with eps=1e-4 outside the square root '
+    '(eps_placement="std") and Bessel\'s ddof=1, the calibration "trl" (--calibration=trl); '
+    '"none" is normalization="mean_only" (--calibration=dr_grpo); "batch" (one standard '
+    "deviation over the whole batch) has no per-prompt equivalent and is not supported")
+
+
+@_config.accepts_preset("variant", variant_fields,
+                        label=lambda v: f"variant={getattr(v, 'name', v)!r}")
 @dataclass(frozen=True)
 class TrainConfig:
     """Every knob of a toy GRPO run in one place (Algorithm 1, App. B).
 
-    Run: ``task`` ("bandit" | "sequence"), ``exact`` (bandit only: the exact
-    iteration; it ignores the sampling knobs ``group_size``, ``mu``,
-    ``clip_eps_*``, ``kl``, ``loss_type``, ``optimizer``, ``lr``,
-    ``temperature``, ``prompts_per_iteration`` and always uses float64),
-    ``iterations`` (M), ``seed``, ``device`` ("auto" picks CUDA when present),
-    ``dtype`` (sampled mode; the transformer always trains in float32),
-    ``progress`` (tqdm bar), ``checkpoint_every``.
+    Each field is declared once, with its help text and valid values (see
+    :mod:`grpo_companion.rl.config`); the validation, the ``train`` command
+    line and the TRL name table are generated from these declarations. Every
+    field is validated on construction; a bad value raises ``ValueError``
+    naming the field, its value and the valid range.
 
-    Objective: ``beta`` (KL weight), ``alpha`` (reference share of the KL
-    anchor: 1 = GRPO eq. (6), 0 = Mirror GRPO eq. (9), in between = two-KL
-    eq. (17)), ``ref_reset_every`` (DeepSeekMath's iterative GRPO: every that
-    many iterations set pi_ref <- pi), the calibration ``normalization``,
-    ``eps``, ``eps_placement``, ``ddof`` (see
-    :func:`~grpo_companion.rl.losses.group_advantages`; the defaults are the
-    paper's eq. (4); TRL is ``eps=1e-4, eps_placement="std", ddof=1``),
-    ``exact_group_size`` (exact mode: None = the paper's population weights,
-    G = the exact expected weights of a group of G samples).
+    ``TrainConfig(variant=theory.Variant(...), ...)`` takes the calibration
+    (``normalization``, ``eps``, ``eps_placement``, ``ddof`` and, from its
+    ``group_size``, ``exact_group_size``) and ``alpha`` from a GRPO variant; a
+    field passed as well must agree with it. :attr:`variant` and
+    :attr:`calibration` give them back (the variant's label is not kept).
 
-    Sampled updates: ``group_size`` (G), ``mu``, ``clip_eps_low`` /
-    ``clip_eps_high`` (None = no clipping / same as low), ``kl`` ("exact"
-    for the bandit's exact KL, or the per-token estimators "k1", "k2", "k3",
-    "k3_ratio"), ``loss_type`` (TRL's "grpo", "bnpo", "dr_grpo", "dapo"),
-    ``optimizer`` ("adam", "sgd", or "lbfgs": each of the mu steps is a full
-    L-BFGS solve of the sampled objective, fresh every iteration), ``lr``
-    (None = 0.1 for the bandit, 1e-3 for the sequence task), ``temperature``,
-    ``prompts_per_iteration`` (None = every bandit prompt, 64 sequence
-    prompts).
-
-    Bandit: ``n_prompts``, ``n_outputs`` (K), ``n_success``, ``p_ref``
-    (explicit values, cycled), ``p_ref_beta``, ``p_ref_zero_fraction``,
-    ``logit_scale`` (see :func:`~grpo_companion.rl.tasks.make_bandit_task`).
-
-    Sequence: ``max_operand``, ``n_eval_prompts``, ``eval_samples``,
-    ``carry_error_span``, ``sft_steps``, ``sft_batch_size``, ``sft_lr``,
-    ``d_model``, ``n_layers``, ``n_heads``.
-
-    Solvers: ``exact_step`` (mirror-ascent step times beta, in (0, 1]),
-    ``exact_tol`` (stationarity gap at which the exact solve stops, and the
-    gradient tolerance of sampled-mode L-BFGS), ``exact_max_iter`` (iteration
-    cap of both).
-
-    Every field is validated on construction; a bad value raises
-    ``ValueError`` naming the field, its value and the valid range.
+    The fields, by group (default, meaning, valid values):
     """
 
-    task: str = "bandit"
-    exact: bool = False
-    iterations: int = 20
-    seed: int = 0
-    device: str = "auto"
-    dtype: str = "float32"
-    progress: bool = True
-    checkpoint_every: int = 1
-    beta: float = 0.1
-    alpha: float = 1.0
-    ref_reset_every: int | None = None
-    normalization: str = "mean_std"
-    eps: float = 1e-5
-    eps_placement: str = "sqrt"
-    ddof: int = 0
-    exact_group_size: int | None = None
-    group_size: int = 16
-    mu: int = 1
-    clip_eps_low: float | None = 0.2
-    clip_eps_high: float | None = None
-    kl: str = "k3"
-    loss_type: str = "grpo"
-    optimizer: str = "adam"
-    lr: float | None = None
-    temperature: float = 1.0
-    prompts_per_iteration: int | None = None
-    n_prompts: int = 256
-    n_outputs: int = 16
-    n_success: int | None = None
-    p_ref: tuple[float, ...] | None = None
-    p_ref_beta: tuple[float, float] = (0.5, 2.0)
-    p_ref_zero_fraction: float = 0.1
-    logit_scale: float = 1.0
-    max_operand: int = 49
-    n_eval_prompts: int = 256
-    eval_samples: int = 50
-    carry_error_span: float = 6.0
-    sft_steps: int = 600
-    sft_batch_size: int = 256
-    sft_lr: float = 3e-3
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    exact_tol: float = 1e-12
-    exact_step: float = 0.5
-    exact_max_iter: int = 500
+    task: str = knob(
+        "bandit", "bandit: a tabular softmax policy over K outputs per prompt; sequence: a "
+        "tiny transformer learning two-digit addition", Choice(values=TASKS), group=RUN)
+    exact: bool = knob(
+        False, "bandit only: every sample average replaced by its expectation and each "
+        "iteration solved to convergence (the paper's recurrence), in float64; the sampling "
+        "knobs (group_size, mu, clip_eps_*, kl, loss_type, optimizer, lr, temperature, "
+        "prompts_per_iteration) are ignored", Flag(), group=RUN)
+    iterations: int = knob(20, "outer GRPO iterations M", Int(1), group=RUN)
+    seed: int = knob(
+        0, "seed of every random draw (task, sampling, pre-training)",
+        Int(0, MAX_SEED, text="an int in [0, 2**64 - 1]", why="generators take 64-bit seeds"),
+        group=RUN)
+    device: str = knob("auto", "auto (CUDA when available), cpu or cuda[:N]", Text(), group=RUN)
+    dtype: str = knob(
+        "float32", "precision of the tabular policies in sampled mode (exact mode always uses "
+        "float64, the transformer always float32)", Choice(values=DTYPES), group=RUN)
+    progress: bool = knob(True, "show a progress bar", Flag(), group=RUN)
+    checkpoint_every: int = knob(
+        1, "write the checkpoint every this many iterations (and after the last)",
+        Int(1), group=RUN)
+
+    beta: float = knob(
+        0.1, "weight of the KL penalty",
+        Real(*BETA_RANGE, why="beyond it the KL term over- or underflows float32 and the "
+                              "exact solve loses precision"),
+        group=OBJECTIVE, trl="beta")
+    alpha: float = knob(
+        1.0, "reference share of the KL anchor: 1 is GRPO (eq. 6), 0 Mirror GRPO (eq. 9), "
+        "in between two-KL (eq. 17)", Real(0.0, 1.0), group=OBJECTIVE)
+    ref_reset_every: int | None = knob(
+        None, "set pi_ref <- pi every this many iterations (DeepSeekMath's iterative GRPO); "
+        "none: never", Int(1, optional=True), group=OBJECTIVE)
+    normalization: str = knob(
+        "mean_std", "reward normalisation of the group advantages, a name registered in "
+        "theory.NORMALIZATIONS (mean_std: GRPO's whitening, eq. 4; mean_only: Dr. GRPO's "
+        "centring, eq. 13)", Choice(values=lambda: tuple(NORMALIZATIONS)),
+        group=OBJECTIVE, trl=("scale_rewards", _SCALE_REWARDS))
+    eps: float = knob(
+        1e-5, "smoothing constant of the group standard deviation",
+        Real(0.0, finite=True), group=OBJECTIVE, trl=("scale_rewards", ""))
+    eps_placement: str = knob(
+        "sqrt", "sqrt: (r - mean) / sqrt(var + eps), the paper's eq. (4); std: "
+        "(r - mean) / (std + eps), as TRL", Choice(values=EPS_PLACEMENTS),
+        group=OBJECTIVE, trl=("scale_rewards", ""))
+    ddof: int = knob(
+        0, "group variance: 0 divides by G (the paper), 1 by G - 1 (Bessel, as TRL)",
+        Int(0, 1, text="0 or 1"), group=OBJECTIVE, trl=("scale_rewards", ""))
+    exact_group_size: int | None = knob(
+        None, "exact mode: the exact expected weights of a group of this many samples; none: "
+        "the paper's population weights", Int(2, optional=True), group=OBJECTIVE)
+
+    group_size: int = knob(16, "G, outputs sampled per prompt", Int(1), group=SAMPLED,
+                           trl="num_generations")
+    mu: int = knob(1, "optimiser steps per outer iteration on the same samples", Int(1),
+                   group=SAMPLED, trl="num_iterations")
+    clip_eps_low: float | None = knob(
+        0.2, "PPO clipping range below 1 (the ratio is kept >= 1 - clip_eps_low); none: no "
+        "clipping", Real(0.0, 1.0, optional=True, none_words=("none", "inf")),
+        group=SAMPLED, options=("--clip-eps", "--clip-eps-low"), trl="epsilon")
+    clip_eps_high: float | None = knob(
+        None, "clipping range above 1 (DAPO's clip-higher); none: the same as clip_eps_low",
+        Real(0.0, optional=True), group=SAMPLED, trl="epsilon_high")
+    kl: str = knob(
+        "k3", "KL penalty in the loss: the per-token estimators k1, k2, k3, k3_ratio, or exact "
+        "(bandit only: the exact KL of the tabular policies)", Choice(values=KL_CHOICES),
+        group=SAMPLED, trl=("use_bias_correction_kl", 'True is kl="k3_ratio", False is '
+                            'kl="k3"'))
+    loss_type: str = knob(
+        "grpo", "how the per-token losses are averaged into one number, as TRL's loss_type",
+        Choice(values=losses.LOSS_TYPES), group=SAMPLED, trl="loss_type")
+    optimizer: str = knob(
+        "adam", "adam, sgd, or lbfgs (each of the mu steps is a full L-BFGS solve of the "
+        "sampled objective, fresh every iteration)", Choice(values=OPTIMIZERS),
+        group=SAMPLED)
+    lr: float | None = knob(
+        None, "learning rate; none: 0.1 for the bandit, 1e-3 for the sequence task",
+        Real(0.0, LR_MAX, open_low=True, optional=True,
+             why="a larger step moves the logits beyond what float32 holds"),
+        group=SAMPLED, trl="learning_rate")
+    temperature: float = knob(
+        1.0, "sampling temperature (also applied to the log-probabilities of the loss)",
+        Real(*TEMPERATURE_RANGE, why="beyond it the tempered logits leave the float range, "
+                                     "or sampling is greedy or uniform"),
+        group=SAMPLED, trl="temperature")
+    prompts_per_iteration: int | None = knob(
+        None, "prompts drawn per iteration; none: every bandit prompt, 64 sequence prompts",
+        Int(1, optional=True), group=SAMPLED)
+
+    n_prompts: int = knob(256, "number of prompts", Int(1), group=BANDIT)
+    n_outputs: int = knob(16, "K, outputs per prompt", Int(2), group=BANDIT)
+    n_success: int | None = knob(
+        None, "size of each prompt's success set; none: K // 10, at least 1",
+        Int(1, optional=True), group=BANDIT)
+    p_ref: tuple[float, ...] | None = knob(
+        None, "reference PoS values, cycled over the prompts; none: draws from "
+        "Beta(p_ref_beta), and 0 for a fraction p_ref_zero_fraction of the prompts",
+        Reals(Real(0.0, 1.0), optional=True), group=BANDIT)
+    p_ref_beta: tuple[float, float] = knob(
+        (0.5, 2.0), "parameters A, B of the Beta law of the reference PoS",
+        Reals(Real(0.0, open_low=True, finite=True), 2), group=BANDIT, metavar=("A", "B"))
+    p_ref_zero_fraction: float = knob(
+        0.1, "fraction of the prompts whose reference PoS is 0 (without p_ref)",
+        Real(0.0, 1.0), group=BANDIT)
+    logit_scale: float = knob(
+        1.0, "standard deviation of the random reference logits within the success and the "
+        "failure sets", Real(0.0, finite=True), group=BANDIT)
+
+    max_operand: int = knob(49, "largest operand of the additions", Int(1, 99), group=SEQUENCE)
+    n_eval_prompts: int = knob(256, "held-out prompts whose PoS is tracked", Int(1),
+                               group=SEQUENCE)
+    eval_samples: int = knob(50, "samples per held-out prompt for the PoS estimate", Int(1),
+                             group=SEQUENCE)
+    carry_error_span: float = knob(
+        6.0, "the pre-training data forgets a carry with probability min(1, (u - 9) / span), "
+        "u the sum of the units digits", Real(0.0, open_low=True, finite=True),
+        group=SEQUENCE)
+    sft_steps: int = knob(600, "supervised pre-training steps of the reference", Int(0),
+                          group=SEQUENCE)
+    sft_batch_size: int = knob(256, "batch size of the pre-training", Int(1), group=SEQUENCE)
+    sft_lr: float = knob(3e-3, "learning rate of the pre-training (Adam)",
+                         Real(0.0, open_low=True, finite=True), group=SEQUENCE)
+    d_model: int = knob(64, "transformer width", Int(1), group=SEQUENCE)
+    n_layers: int = knob(2, "transformer layers", Int(1), group=SEQUENCE)
+    n_heads: int = knob(4, "attention heads (d_model must be a multiple)", Int(1),
+                        group=SEQUENCE)
+
+    exact_tol: float = knob(
+        1e-12, "stationarity gap at which the exact solve stops; also the gradient tolerance "
+        "of sampled-mode L-BFGS", Real(0.0, open_low=True, finite=True), group=SOLVERS)
+    exact_step: float = knob(
+        0.5, "mirror-ascent step of the exact solve, times beta",
+        Real(0.0, 1.0, open_low=True), group=SOLVERS)
+    exact_max_iter: int = knob(
+        500, "iteration cap of the exact solve and of sampled-mode L-BFGS", Int(1),
+        group=SOLVERS)
 
     def __post_init__(self) -> None:
-        for name in ("p_ref", "p_ref_beta"):
-            value = getattr(self, name)
-            if value is None and name == "p_ref":
-                continue
-            try:
-                if isinstance(value, str | bytes):
-                    raise TypeError
-                converted = tuple(value)
-            except TypeError:
-                raise ValueError(f"{name} must be a sequence of numbers, got {value!r}") from None
-            object.__setattr__(self, name, converted)
-        self._validate()
+        _config.check_fields(self)
+        self._check_combinations()
 
-    def _validate(self) -> None:
+    def _check_combinations(self) -> None:
+        """The checks that involve several fields (each field is already valid alone)."""
         def bad(name: str, valid: str) -> ValueError:
             return ValueError(f"{name} must be {valid}, got {getattr(self, name)!r}")
 
-        choices = {"task": TASKS, "dtype": DTYPES, "kl": KL_CHOICES, "optimizer": OPTIMIZERS,
-                   "normalization": losses.NORMALIZATIONS, "loss_type": losses.LOSS_TYPES,
-                   "eps_placement": losses.EPS_PLACEMENTS}
-        for name, valid in choices.items():
-            if getattr(self, name) not in valid:
-                raise bad(name, f"one of {valid}")
-        for name in ("exact", "progress"):
-            if not isinstance(getattr(self, name), bool):
-                raise bad(name, "True or False")
-        positive = ("iterations", "checkpoint_every", "group_size", "mu", "n_prompts",
-                    "eval_samples", "sft_batch_size", "d_model", "n_layers", "n_heads",
-                    "exact_max_iter")
-        for name in positive:
-            if not _is_int(getattr(self, name), 1):
-                raise bad(name, "an int >= 1")
-        if not _is_int(self.seed, 0) or self.seed > MAX_SEED:
-            raise bad("seed", "an int in [0, 2**64 - 1] (generators take 64-bit seeds)")
-        if not _is_int(self.sft_steps, 0):
-            raise bad("sft_steps", "an int >= 0")
-        for name in ("ref_reset_every", "prompts_per_iteration", "n_success"):
-            if getattr(self, name) is not None and not _is_int(getattr(self, name), 1):
-                raise bad(name, "None or an int >= 1")
-        if self.exact_group_size is not None and not _is_int(self.exact_group_size, 2):
-            raise bad("exact_group_size", "None or an int >= 2")
-        if self.ddof not in (0, 1) or isinstance(self.ddof, bool):
-            raise bad("ddof", "0 or 1")
         if self.group_size < 1 + self.ddof:
             raise bad("group_size", f"an int >= {1 + self.ddof} when ddof={self.ddof}")
-        if not _is_int(self.n_outputs, 2):
-            raise bad("n_outputs", "an int >= 2")
-        low, high = BETA_RANGE
-        if not _is_real(self.beta, low, high):
-            raise bad("beta", f"a number in [{low:g}, {high:g}] (beyond it the KL term over- or "
-                              "underflows float32 and the exact solve loses precision)")
-        for name in ("alpha", "p_ref_zero_fraction"):
-            if not _is_real(getattr(self, name), 0.0, 1.0):
-                raise bad(name, "a number in [0, 1]")
-        if not _is_real(self.eps, 0.0) or math.isinf(self.eps):
-            raise bad("eps", "a finite number >= 0")
-        low, high = TEMPERATURE_RANGE
-        if not _is_real(self.temperature, low, high):
-            raise bad("temperature", f"a number in [{low:g}, {high:g}] (beyond it the tempered "
-                                     "logits leave the float range, or sampling is greedy or "
-                                     "uniform)")
-        for name in ("exact_tol", "sft_lr", "carry_error_span"):
-            if not _is_real(getattr(self, name), 0.0, open_low=True) or math.isinf(
-                getattr(self, name)
-            ):
-                raise bad(name, "a finite number > 0")
-        if not _is_real(self.exact_step, 0.0, 1.0, open_low=True):
-            raise bad("exact_step", "a number in (0, 1]")
-        if self.lr is not None and not _is_real(self.lr, 0.0, LR_MAX, open_low=True):
-            raise bad("lr", f"None or a number in (0, {LR_MAX:g}] (a larger step moves the "
-                            "logits beyond what float32 holds)")
-        if not _is_real(self.logit_scale, 0.0) or math.isinf(self.logit_scale):
-            raise bad("logit_scale", "a finite number >= 0")
         losses._clip_bounds(self.clip_eps_low, self.clip_eps_high)
-        if self.p_ref is not None and (
-            not self.p_ref or not all(_is_real(v, 0.0, 1.0) for v in self.p_ref)
-        ):
-            raise bad("p_ref", "None or a non-empty sequence of numbers in [0, 1]")
-        if len(self.p_ref_beta) != 2 or not all(
-            _is_real(v, 0.0, open_low=True) and math.isfinite(v) for v in self.p_ref_beta
-        ):
-            raise bad("p_ref_beta", "two finite numbers > 0")
         if self.n_success is not None and self.n_success >= self.n_outputs:
             raise bad("n_success", f"None or an int in [1, {self.n_outputs - 1}]")
-        if not _is_int(self.max_operand, 1) or self.max_operand > 99:
-            raise bad("max_operand", "an int in [1, 99]")
         n_pairs = (self.max_operand + 1) ** 2
-        if not _is_int(self.n_eval_prompts, 1) or self.n_eval_prompts >= n_pairs:
+        if self.n_eval_prompts >= n_pairs:
             raise bad("n_eval_prompts", f"an int in [1, {n_pairs - 1}] (max_operand="
                                         f"{self.max_operand})")
         if self.d_model % self.n_heads:
@@ -332,10 +340,34 @@ class TrainConfig:
                 f"this configuration needs about {need / 2**30:.3g} GiB ({what}), more than "
                 f"the {have / 2**30:.3g} GiB of memory of {device}; make it smaller")
 
+    @property
+    def calibration(self) -> Any:
+        """The run's calibration: the one place a config becomes a ``theory.Calibration``.
+
+        ``exact_group_size`` sets its ``group_size`` (exact mode's expected
+        finite-group weights); sampled mode uses the table of the same calibration
+        for groups of ``group_size``.
+        """
+        from grpo_companion import theory
+
+        return theory.Calibration(normalization=self.normalization, eps=self.eps,
+                                  eps_placement=self.eps_placement,
+                                  group_size=self.exact_group_size, ddof=self.ddof)
+
+    @property
+    def variant(self) -> Any:
+        """The run's GRPO variant: its :attr:`calibration` and the anchor with share ``alpha``."""
+        from grpo_companion.theory.variants import Anchor, Variant
+
+        return Variant(self.calibration, Anchor(self.alpha))
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dictionary of every field."""
         return {k: list(v) if isinstance(v, tuple) else v
                 for k, v in dataclasses.asdict(self).items()}
+
+
+TrainConfig.__doc__ = (TrainConfig.__doc__ or "") + _config.fields_doc(TrainConfig)
 
 
 def _device_memory(device: torch.device) -> int:
@@ -453,26 +485,10 @@ class _Run:
         self.dtype = torch.float64 if config.exact or config.dtype == "float64" else torch.float32
         self.generator = torch.Generator(device=device).manual_seed(config.seed)
         self.sft_losses: list[float] = []
-        if config.task == "bandit":
-            self.task: BanditTask | ArithmeticTask = make_bandit_task(
-                config.n_prompts, config.n_outputs, n_success=config.n_success,
-                p_ref=config.p_ref, p_ref_beta=config.p_ref_beta,
-                p_ref_zero_fraction=config.p_ref_zero_fraction,
-                logit_scale=config.logit_scale, seed=config.seed)
-            self.policy: torch.nn.Module = TabularSoftmaxPolicy(
-                self.task.ref_logits.to(device=device, dtype=self.dtype))
-            self.tracked = np.arange(config.n_prompts)
-        else:
-            self.task = make_arithmetic_task(
-                max_operand=config.max_operand, n_eval_prompts=config.n_eval_prompts,
-                carry_error_span=config.carry_error_span, seed=config.seed)
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(config.seed)
-                model = TinyCausalTransformer(
-                    VOCAB_SIZE, self.task.max_len, d_model=config.d_model,
-                    n_layers=config.n_layers, n_heads=config.n_heads, eos_id=EOS, pad_id=PAD)
-            self.policy = model.to(device)
-            self.tracked = self.task.eval_idx
+        self.task: BanditTask | ArithmeticTask
+        self.policy: torch.nn.Module
+        self.task, self.policy, self.tracked = _TASK_ADAPTERS[config.task].build(config, device,
+                                                                         self.dtype)
         self.ref_policy = _frozen_copy(self.policy)
         default_lr = 0.1 if config.task == "bandit" else 1e-3
         self.lr = config.lr if config.lr is not None else default_lr
@@ -571,14 +587,6 @@ def _frozen_copy(module: torch.nn.Module) -> torch.nn.Module:
     return clone.eval()
 
 
-def _calibration(config: TrainConfig) -> Any:
-    from grpo_companion import theory
-
-    return theory.Calibration(normalization=config.normalization, eps=config.eps,
-                              eps_placement=config.eps_placement,
-                              group_size=config.exact_group_size, ddof=config.ddof)
-
-
 def _exact_step(run: _Run, old: TabularSoftmaxPolicy) -> dict[str, float]:
     """One exact GRPO iteration: maximise eq. (6)/(9)/(17) to convergence.
 
@@ -648,7 +656,7 @@ def _exact_weights(config: TrainConfig, logit_prev: np.ndarray) -> tuple[
     the gap equal to the cap: the same float64 policy, without inf * 0.
     Returns the weights, where they were scaled, and the true log-weights.
     """
-    cal = _calibration(config)
+    cal = config.calibration
     w_plus, w_minus = (np.asarray(w, dtype=np.float64) for w in cal.weights_of_logit(logit_prev))
     log_plus, log_minus = (np.asarray(w, dtype=np.float64)
                            for w in cal.log_weights_of_logit(logit_prev))
@@ -674,132 +682,269 @@ def _exact_objective_log(logp: torch.Tensor, success: torch.Tensor,
     return gain.sum(dim=-1) + penalty
 
 
+# ------------------------------------------------------------------ sampled mode
+# One outer iteration of Algorithm 1, written top to bottom in _sampled_step; what
+# depends on the task is in a task adapter, what depends on the optimiser in an
+# optimiser adapter.
+@dataclass
+class _Samples:
+    """The groups of one iteration: G outputs of pi_old for each chosen prompt, and rewards."""
+
+    chosen: torch.Tensor  # task indices of the prompts
+    prompts: torch.Tensor  # what the policies are conditioned on
+    completions: torch.Tensor  # (prompts * G, tokens)
+    mask: torch.Tensor  # which completion tokens count
+    rewards: torch.Tensor  # (prompts * G,), 0 or 1, in the run's dtype
+    group: int
+
+
+@dataclass
+class _Anchors:
+    """Log-probabilities that stay fixed during the mu steps of an iteration."""
+
+    old: torch.Tensor  # per token, under pi_old
+    ref: torch.Tensor | None  # per token, under pi_ref (None when no KL to pi_ref is needed)
+    exact_ref: torch.Tensor | None = None  # kl="exact": the tabular pi_ref of the prompts
+    exact_prev: torch.Tensor | None = None  # kl="exact": the tabular pi_old of the prompts
+
+
+def _random_prompts(run: _Run, pool: np.ndarray, count: int) -> torch.Tensor:
+    pick = torch.randperm(len(pool), generator=run.generator, device=run.device)[:count]
+    return torch.as_tensor(pool, device=run.device)[pick]
+
+
+class _BanditSteps:
+    """Task adapter of the bandit: a tabular policy, exact metrics, every prompt tracked."""
+
+    @staticmethod
+    def build(config: TrainConfig, device: torch.device, dtype: torch.dtype) -> tuple[
+            BanditTask, torch.nn.Module, np.ndarray]:
+        task = make_bandit_task(
+            config.n_prompts, config.n_outputs, n_success=config.n_success,
+            p_ref=config.p_ref, p_ref_beta=config.p_ref_beta,
+            p_ref_zero_fraction=config.p_ref_zero_fraction,
+            logit_scale=config.logit_scale, seed=config.seed)
+        policy = TabularSoftmaxPolicy(task.ref_logits.to(device=device, dtype=dtype))
+        return task, policy, np.arange(config.n_prompts)
+
+    @staticmethod
+    def choose_prompts(run: _Run) -> torch.Tensor:
+        n = run.config.n_prompts
+        count = run.config.prompts_per_iteration or n
+        if count == n:
+            return torch.arange(n, device=run.device)
+        return _random_prompts(run, np.arange(n), count)
+
+    @staticmethod
+    def sample(run: _Run, policy: torch.nn.Module, chosen: torch.Tensor, group: int) -> tuple[
+            torch.Tensor, torch.Tensor, torch.Tensor]:
+        completions, mask = policy.sample(chosen, group, temperature=run.config.temperature,
+                                          generator=run.generator)
+        return chosen, completions, mask
+
+    @staticmethod
+    def reward(run: _Run, chosen: torch.Tensor, completions: torch.Tensor, mask: torch.Tensor,
+               group: int) -> torch.Tensor:
+        return run.task.reward(chosen, completions, group)
+
+    @staticmethod
+    def clip_fraction(run: _Run, chosen: torch.Tensor, per_prompt: torch.Tensor) -> np.ndarray:
+        fraction = np.full(len(run.tracked), math.nan)
+        fraction[chosen.cpu().numpy()] = per_prompt.cpu().numpy()
+        return fraction
+
+    @staticmethod
+    def metrics(run: _Run, old: torch.nn.Module) -> dict[str, torch.Tensor]:
+        logp = run.policy.log_probs()
+        return {
+            "success_prob": run.task.success_prob(logp),
+            "kl_ref": losses.tabular_kl(logp, run.ref_policy.log_probs()),
+            "kl_prev": losses.tabular_kl(logp, old.log_probs()),
+            "entropy": -(logp.exp() * logp).sum(-1),
+        }
+
+
+class _SequenceSteps:
+    """Task adapter of the addition task: a tiny transformer, PoS estimated on held-out prompts."""
+
+    @staticmethod
+    def build(config: TrainConfig, device: torch.device, dtype: torch.dtype) -> tuple[
+            ArithmeticTask, torch.nn.Module, np.ndarray]:
+        task = make_arithmetic_task(
+            max_operand=config.max_operand, n_eval_prompts=config.n_eval_prompts,
+            carry_error_span=config.carry_error_span, seed=config.seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = TinyCausalTransformer(
+                VOCAB_SIZE, task.max_len, d_model=config.d_model,
+                n_layers=config.n_layers, n_heads=config.n_heads, eos_id=EOS, pad_id=PAD)
+        return task, model.to(device), task.eval_idx
+
+    @staticmethod
+    def choose_prompts(run: _Run) -> torch.Tensor:
+        pool = run.task.train_idx
+        return _random_prompts(run, pool, run.config.prompts_per_iteration or min(64, len(pool)))
+
+    @staticmethod
+    def sample(run: _Run, policy: torch.nn.Module, chosen: torch.Tensor, group: int) -> tuple[
+            torch.Tensor, torch.Tensor, torch.Tensor]:
+        prompts = run.task.prompts(chosen)
+        completions, mask = policy.sample(prompts, group, temperature=run.config.temperature,
+                                          generator=run.generator,
+                                          max_new_tokens=run.task.max_new_tokens)
+        return prompts, completions, mask
+
+    @staticmethod
+    def reward(run: _Run, chosen: torch.Tensor, completions: torch.Tensor, mask: torch.Tensor,
+               group: int) -> torch.Tensor:
+        return run.task.reward(chosen, completions, mask, group)
+
+    @staticmethod
+    def clip_fraction(run: _Run, chosen: torch.Tensor, per_prompt: torch.Tensor) -> np.ndarray:
+        return np.full(len(run.tracked), math.nan)  # the tracked prompts are never trained on
+
+    @staticmethod
+    def metrics(run: _Run, old: torch.nn.Module) -> dict[str, torch.Tensor]:
+        config, task, n = run.config, run.task, run.config.eval_samples
+        generator = torch.Generator(device=run.device).manual_seed(
+            config.seed * 1_000_003 + run.iteration)
+        idx = torch.as_tensor(task.eval_idx, device=run.device)
+        prompts = task.prompts(idx)
+        completions, mask = run.policy.sample(
+            prompts, n, max_new_tokens=task.max_new_tokens, temperature=config.temperature,
+            generator=generator)
+
+        def seq_logp(policy: torch.nn.Module) -> torch.Tensor:
+            tokens = policy.token_logprobs(prompts, completions, n,
+                                           temperature=config.temperature)
+            return (tokens * mask).sum(1).view(-1, n)
+
+        logp = seq_logp(run.policy)
+        return {
+            "success_prob": task.reward(idx, completions, mask, n).view(-1, n).mean(1),
+            "kl_ref": (logp - seq_logp(run.ref_policy)).mean(1),
+            "kl_prev": (logp - seq_logp(old)).mean(1),
+            "entropy": -logp.mean(1),
+        }
+
+
+_TASK_ADAPTERS: dict[str, Any] = {"bandit": _BanditSteps, "sequence": _SequenceSteps}
+
+
+def _anchors(run: _Run, old: torch.nn.Module, s: _Samples) -> _Anchors:
+    config, temp = run.config, run.config.temperature
+    old_logp = old.token_logprobs(s.prompts, s.completions, s.group, temperature=temp)
+    needs_ref = config.kl != "exact" and config.alpha > 0
+    ref_logp = (run.ref_policy.token_logprobs(s.prompts, s.completions, s.group, temperature=temp)
+                if needs_ref else None)
+    if config.kl != "exact":
+        return _Anchors(old_logp, ref_logp)
+    return _Anchors(old_logp, ref_logp, run.ref_policy.log_probs(s.chosen, temperature=temp),
+                    old.log_probs(s.chosen, temperature=temp))
+
+
+def _sampled_loss(run: _Run, s: _Samples, advantages: torch.Tensor,
+                  anchors: _Anchors) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampled GRPO loss of the current policy, and which tokens were clipped.
+
+    With ``kl="exact"`` the per-token KL estimate is left out and the exact KL
+    of the tabular policies on the chosen prompts is added instead.
+    """
+    config, temp = run.config, run.config.temperature
+    exact_kl = config.kl == "exact"
+    logp = run.policy.token_logprobs(s.prompts, s.completions, s.group, temperature=temp)
+    per_token, clipped = losses.per_token_loss(
+        logp, anchors.old, anchors.ref, advantages, clip_eps_low=config.clip_eps_low,
+        clip_eps_high=config.clip_eps_high, beta=0.0 if exact_kl else config.beta,
+        kl="k3" if exact_kl else config.kl, alpha=config.alpha)
+    mask_f = s.mask.to(anchors.old.dtype)
+    loss = losses.aggregate(per_token, mask_f, loss_type=config.loss_type,
+                            max_completion_length=s.mask.shape[1])
+    if exact_kl:
+        current = run.policy.log_probs(s.chosen, temperature=temp)
+        penalty = torch.zeros((), dtype=loss.dtype, device=run.device)
+        if config.alpha > 0:
+            penalty = penalty + config.alpha * losses.tabular_kl(current, anchors.exact_ref).mean()
+        if config.alpha < 1:
+            penalty = penalty + (1 - config.alpha) * losses.tabular_kl(
+                current, anchors.exact_prev).mean()
+        loss = loss + config.beta * penalty
+    return loss, clipped
+
+
+Objective = Callable[[], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _first_order_step(run: _Run, objective: Objective, n_prompts: int) -> tuple[
+        torch.Tensor, torch.Tensor]:
+    """One step of the run's Adam or SGD; returns the loss and clipping before it."""
+    loss, clipped = objective()
+    assert run.optimizer is not None
+    run.optimizer.zero_grad()
+    loss.backward()
+    run.optimizer.step()
+    return loss, clipped
+
+
+def _lbfgs_step(run: _Run, objective: Objective, n_prompts: int) -> tuple[
+        torch.Tensor, torch.Tensor]:
+    """One full L-BFGS solve, by a fresh optimiser; returns the loss and clipping at its start."""
+    config = run.config
+    lbfgs = torch.optim.LBFGS(run.policy.parameters(), lr=1.0, max_iter=config.exact_max_iter,
+                              tolerance_grad=config.exact_tol / n_prompts,
+                              tolerance_change=0.0, history_size=50,
+                              line_search_fn="strong_wolfe")
+    first: list[torch.Tensor] = []
+
+    def closure() -> torch.Tensor:
+        lbfgs.zero_grad()
+        loss, clipped = objective()
+        loss.backward()
+        if not first:
+            first.extend([loss.detach(), clipped])
+        return loss
+
+    lbfgs.step(closure)
+    return first[0], first[1]
+
+
 def _sampled_step(run: _Run, old: torch.nn.Module) -> tuple[dict[str, float], np.ndarray]:
     """One outer iteration of Algorithm 1 (lines 4-11)."""
-    config, task, device = run.config, run.task, run.device
-    is_bandit = config.task == "bandit"
-    pool = np.arange(config.n_prompts) if is_bandit else task.train_idx
-    default_batch = config.n_prompts if is_bandit else min(64, len(pool))
-    batch = config.prompts_per_iteration or default_batch
-    if batch == len(pool) and is_bandit:
-        chosen = torch.arange(len(pool), device=device)
-    else:
-        pick = torch.randperm(len(pool), generator=run.generator, device=device)[:batch]
-        chosen = torch.as_tensor(pool, device=device)[pick]
-    prompts = chosen if is_bandit else task.prompts(chosen)
-    group, temp = config.group_size, config.temperature
-    sample_kwargs = {} if is_bandit else {"max_new_tokens": task.max_new_tokens}
-    with torch.no_grad():
-        completions, mask = old.sample(prompts, group, temperature=temp,
-                                       generator=run.generator, **sample_kwargs)
-        rewards = (task.reward(chosen, completions, group) if is_bandit
-                   else task.reward(chosen, completions, mask, group)).to(run.dtype)
+    config, task = run.config, _TASK_ADAPTERS[run.config.task]
+    group = config.group_size
+    chosen = task.choose_prompts(run)  # line 4: a batch of prompts
+    n_prompts = len(chosen)
+    with torch.no_grad():  # lines 5-8: G outputs of pi_old each, rewards, advantages
+        prompts, completions, mask = task.sample(run, old, chosen, group)
+        rewards = task.reward(run, chosen, completions, mask, group).to(run.dtype)
+        samples = _Samples(chosen, prompts, completions, mask, rewards, group)
         advantages = losses.group_advantages(
-            rewards.view(batch, group), normalization=config.normalization, eps=config.eps,
-            eps_placement=config.eps_placement, ddof=config.ddof).view(-1)
-        old_logp = old.token_logprobs(prompts, completions, group, temperature=temp)
-        needs_ref = config.kl != "exact" and config.alpha > 0
-        ref_logp = (run.ref_policy.token_logprobs(prompts, completions, group, temperature=temp)
-                    if needs_ref else None)
-        if config.kl == "exact":
-            exact_ref = run.ref_policy.log_probs(chosen, temperature=temp)
-            exact_prev = old.log_probs(chosen, temperature=temp)
-    token_beta = 0.0 if config.kl == "exact" else config.beta
-    token_kl = "k3" if config.kl == "exact" else config.kl
-    mask_f = mask.to(old_logp.dtype)
-    clipped_tokens = torch.zeros_like(mask_f)
-    step_losses: list[float] = []
+            rewards.view(n_prompts, group),
+            dataclasses.replace(config.calibration, group_size=None)).view(-1)
+        anchors = _anchors(run, old, samples)
 
     def objective() -> tuple[torch.Tensor, torch.Tensor]:
-        logp = run.policy.token_logprobs(prompts, completions, group, temperature=temp)
-        per_token, clipped = losses.per_token_loss(
-            logp, old_logp, ref_logp, advantages, clip_eps_low=config.clip_eps_low,
-            clip_eps_high=config.clip_eps_high, beta=token_beta, kl=token_kl,
-            alpha=config.alpha)
-        loss = losses.aggregate(per_token, mask_f, loss_type=config.loss_type,
-                                max_completion_length=mask.shape[1])
-        if config.kl == "exact":
-            current = run.policy.log_probs(chosen, temperature=temp)
-            penalty = torch.zeros((), dtype=loss.dtype, device=device)
-            if config.alpha > 0:
-                penalty = penalty + config.alpha * losses.tabular_kl(current, exact_ref).mean()
-            if config.alpha < 1:
-                penalty = penalty + (1 - config.alpha) * losses.tabular_kl(
-                    current, exact_prev).mean()
-            loss = loss + config.beta * penalty
-        return loss, clipped
+        return _sampled_loss(run, samples, advantages, anchors)
 
-    for _ in range(config.mu):
-        if run.optimizer is None:
-            lbfgs = torch.optim.LBFGS(run.policy.parameters(), lr=1.0,
-                                      max_iter=config.exact_max_iter,
-                                      tolerance_grad=config.exact_tol / batch,
-                                      tolerance_change=0.0, history_size=50,
-                                      line_search_fn="strong_wolfe")
-            first: list[torch.Tensor] = []
-
-            def closure(opt: torch.optim.Optimizer = lbfgs,
-                        first: list[torch.Tensor] = first) -> torch.Tensor:
-                opt.zero_grad()
-                loss, clipped = objective()
-                loss.backward()
-                if not first:
-                    first.extend([loss.detach(), clipped])
-                return loss
-
-            lbfgs.step(closure)
-            loss_value, clipped = first
-        else:
-            loss_value, clipped = objective()
-            run.optimizer.zero_grad()
-            loss_value.backward()
-            run.optimizer.step()
-        step_losses.append(float(loss_value.detach()))
+    step = _lbfgs_step if run.optimizer is None else _first_order_step
+    mask_f = mask.to(anchors.old.dtype)
+    clipped_tokens = torch.zeros_like(mask_f)
+    step_losses: list[float] = []
+    for _ in range(config.mu):  # lines 9-11: mu optimiser steps on the same samples
+        loss, clipped = step(run, objective, n_prompts)
+        step_losses.append(float(loss.detach()))
         clipped_tokens += clipped.to(mask_f.dtype) * mask_f
-    per_prompt_clipped = clipped_tokens.view(batch, -1).sum(1)
-    per_prompt_tokens = mask_f.view(batch, -1).sum(1) * config.mu
-    clip_fraction = np.full(len(run.tracked), math.nan)
-    if is_bandit:
-        clip_fraction[chosen.cpu().numpy()] = (per_prompt_clipped / per_prompt_tokens).cpu().numpy()
+    per_prompt = clipped_tokens.view(n_prompts, -1).sum(1) / (
+        mask_f.view(n_prompts, -1).sum(1) * config.mu)
     stats = {"loss": float(np.mean(step_losses)), "mean_reward": float(rewards.mean()),
              "clip_fraction": float(clipped_tokens.sum() / (mask_f.sum() * config.mu))}
-    return stats, clip_fraction
+    return stats, task.clip_fraction(run, chosen, per_prompt)
 
 
 def _evaluate(run: _Run, old: torch.nn.Module, clip_fraction: np.ndarray) -> None:
     """Append this iteration's per-prompt metrics (see the module docstring)."""
-    config, task = run.config, run.task
     with torch.no_grad():
-        if config.task == "bandit":
-            logp = run.policy.log_probs()
-            values = {
-                "success_prob": task.success_prob(logp),
-                "kl_ref": losses.tabular_kl(logp, run.ref_policy.log_probs()),
-                "kl_prev": losses.tabular_kl(logp, old.log_probs()),
-                "entropy": -(logp.exp() * logp).sum(-1),
-            }
-        else:
-            n = config.eval_samples
-            generator = torch.Generator(device=run.device).manual_seed(
-                config.seed * 1_000_003 + run.iteration)
-            idx = torch.as_tensor(task.eval_idx, device=run.device)
-            prompts = task.prompts(idx)
-            completions, mask = run.policy.sample(
-                prompts, n, max_new_tokens=task.max_new_tokens, temperature=config.temperature,
-                generator=generator)
-
-            def seq_logp(policy: torch.nn.Module) -> torch.Tensor:
-                tokens = policy.token_logprobs(prompts, completions, n,
-                                               temperature=config.temperature)
-                return (tokens * mask).sum(1).view(-1, n)
-
-            logp = seq_logp(run.policy)
-            values = {
-                "success_prob": task.reward(idx, completions, mask, n).view(-1, n).mean(1),
-                "kl_ref": (logp - seq_logp(run.ref_policy)).mean(1),
-                "kl_prev": (logp - seq_logp(old)).mean(1),
-                "entropy": -logp.mean(1),
-            }
+        values = _TASK_ADAPTERS[run.config.task].metrics(run, old)
     for name, value in values.items():
         run.metrics[name].append(value.double().cpu().numpy())
     run.metrics["clip_fraction"].append(clip_fraction)
@@ -1102,8 +1247,3 @@ def train(
     """
     return prepare_run(config, out_dir=out_dir, resume=resume,
                        reference_state=reference_state).run(callback)
-
-
-def load_run_record(out_dir: str | Path) -> dict[str, Any]:
-    """The ``run.json`` record of a run folder."""
-    return json.loads((Path(out_dir) / "run.json").read_text())

@@ -20,11 +20,13 @@ def _run(*args):
 
 
 def test_help_lists_every_option():
+    # every field is checked by tests/rl/test_rl_config.py; here the standalone entry point
     out = _run("-m", "grpo_companion.rl.cli", "--help")
     assert out.returncode == 0
     for option in ("--task", "--out", "--beta", "--alpha", "--normalization", "--group-size",
                    "--mu", "--clip-eps", "--kl", "--iterations", "--seed", "--device",
-                   "--exact", "--resume", "--loss-type", "--eps-placement", "--ddof"):
+                   "--exact", "--resume", "--loss-type", "--eps-placement", "--ddof",
+                   "--calibration", "--no-progress", "TRL GRPOConfig"):
         assert option in out.stdout
 
 
