@@ -688,13 +688,12 @@ def _exact_objective_log(logp: torch.Tensor, success: torch.Tensor,
 # optimiser adapter.
 @dataclass
 class _Samples:
-    """The groups of one iteration: G outputs of pi_old for each chosen prompt, and rewards."""
+    """The groups of one iteration: G outputs of pi_old for each chosen prompt."""
 
     chosen: torch.Tensor  # task indices of the prompts
     prompts: torch.Tensor  # what the policies are conditioned on
     completions: torch.Tensor  # (prompts * G, tokens)
     mask: torch.Tensor  # which completion tokens count
-    rewards: torch.Tensor  # (prompts * G,), 0 or 1, in the run's dtype
     group: int
 
 
@@ -917,7 +916,7 @@ def _sampled_step(run: _Run, old: torch.nn.Module) -> tuple[dict[str, float], np
     with torch.no_grad():  # lines 5-8: G outputs of pi_old each, rewards, advantages
         prompts, completions, mask = task.sample(run, old, chosen, group)
         rewards = task.reward(run, chosen, completions, mask, group).to(run.dtype)
-        samples = _Samples(chosen, prompts, completions, mask, rewards, group)
+        samples = _Samples(chosen, prompts, completions, mask, group)
         advantages = losses.group_advantages(
             rewards.view(n_prompts, group),
             dataclasses.replace(config.calibration, group_size=None)).view(-1)
