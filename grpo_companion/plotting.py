@@ -3,6 +3,11 @@
 Every chapter calls :func:`use_book_style` once and draws with matplotlib as
 usual; :func:`variant_color` gives each GRPO variant the same colour on every
 page, so that a reader can follow, say, mirror GRPO from chapter to chapter.
+Every registered reward normalisation has a colour too: the built-ins a fixed
+one, and a normalisation registered later (with
+:func:`grpo_companion.theory.register_normalization`) the next colour of
+:data:`EXTRA_PALETTE`, in registration order, so a chapter can plot a new
+variant without special cases.
 """
 
 from __future__ import annotations
@@ -16,11 +21,23 @@ VARIANT_COLORS = {
     "mirror": "#d62728",  # KL to the previous policy (alpha = 0)
     "two_kl": "#9467bd",  # both, 0 < alpha < 1
     "mean_only": "#2ca02c",  # Dr. GRPO calibration
+    "mean_std": "#1f77b4",  # GRPO's whitening (paper eq. 4), as the reference anchor
+    "rloo": "#ff7f0e",  # leave-one-out baseline
+    "max_abs": "#8c564b",  # centred, divided by the largest |r - mean|
     "w_plus": "#2ca02c",  # weight on successes
     "w_minus": "#d62728",  # weight on failures
     "omega": "#1f77b4",  # w_plus + w_minus
     "identity": "#7f7f7f",  # the diagonal y = p
 }
+
+#: Colours for normalisations registered after the built-ins, in registration order
+#: (none of them is a colour of :data:`VARIANT_COLORS`); cycled if there are more.
+EXTRA_PALETTE = ("#e377c2", "#17becf", "#bcbd22", "#ff9896", "#98df8a", "#c5b0d5",
+                 "#c49c94", "#9edae5")
+
+#: Colours given so far to registered normalisations without a fixed one (kept for the
+#: session, so a name keeps its colour even if others are unregistered later).
+_ASSIGNED: dict[str, str] = {}
 
 BOOK_STYLE = {
     "figure.figsize": (6.4, 4.0),
@@ -63,11 +80,36 @@ def logit_ticks(ax, axis: str = "x", exponents: tuple[int, ...] = (4, 2)) -> Non
     target.set_minor_locator(mpl.ticker.NullLocator())
 
 
+def _registered_names() -> tuple[str, ...]:
+    """Names in the normalisation registry, in registration order."""
+    from grpo_companion.theory.normalizations import NORMALIZATIONS
+
+    return tuple(NORMALIZATIONS)
+
+
 def variant_color(name: str) -> str:
-    """Colour of a named curve family; raises ``ValueError`` for an unknown name."""
-    try:
+    """Colour of a named curve family or of any registered normalisation.
+
+    Fixed names (anchors, weights, the built-in normalisations) have their
+    entry of :data:`VARIANT_COLORS`. A normalisation registered later gets the
+    next colour of :data:`EXTRA_PALETTE`: the registered names without a fixed
+    colour are numbered in registration order the first time any of them is
+    asked for, and keep their colour afterwards (also if unregistered and
+    registered again).
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is neither a fixed name nor a registered normalisation.
+    """
+    if name in VARIANT_COLORS:
         return VARIANT_COLORS[name]
-    except KeyError:
+    registered = _registered_names()
+    if name not in registered:
         raise ValueError(
-            f"name must be one of {sorted(VARIANT_COLORS)}, got {name!r}"
-        ) from None
+            f"name must be one of {sorted(VARIANT_COLORS)} or a registered normalisation "
+            f"{sorted(set(registered) - set(VARIANT_COLORS))}, got {name!r}")
+    for other in registered:  # registration order; earlier assignments are kept
+        if other not in VARIANT_COLORS and other not in _ASSIGNED:
+            _ASSIGNED[other] = EXTRA_PALETTE[len(_ASSIGNED) % len(EXTRA_PALETTE)]
+    return _ASSIGNED[name]
