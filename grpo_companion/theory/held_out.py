@@ -95,9 +95,9 @@ def predict(
     ``step_fraction = 1`` is the paper's recurrence (Theorem 2 for ``alpha = 1``).
     Shape ``(n_steps + 1, *p_ref.shape)``.
     """
+    pr = check_probability("p_ref", p_ref)
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    return relaxed_iterate(p_ref, p_ref, beta, n_steps, step_fraction, alpha=alpha,
-                           calibration=cal)
+    return relaxed_iterate(pr, pr, beta, n_steps, step_fraction, alpha=alpha, calibration=cal)
 
 
 def fit_step_fraction_on(
@@ -231,9 +231,10 @@ class BeforeAfter:
 def before_after(success_prob: ArrayLike) -> BeforeAfter:
     """Mean success of the first and last rows and of their difference (Appendix A analog).
 
-    Standard errors are ``std(ddof=1) / sqrt(prompts)``; needs at least two prompts.
+    Standard errors are ``std(ddof=1) / sqrt(prompts)``; needs at least two rows (before
+    and after) and two prompts.
     """
-    x = _check_trajectories(success_prob, 1)
+    x = _check_trajectories(success_prob, 2)
     if x.shape[1] < 2:
         raise ValueError(f"success_prob must hold at least two prompts for a standard error, "
                          f"got shape {x.shape}")

@@ -56,6 +56,7 @@ from ._validate import (
     check_alpha,
     check_beta,
     check_count,
+    check_memory,
     check_probability,
     check_probability_vector,
     check_real,
@@ -385,6 +386,10 @@ def parametric_grpo(
     policy = _check_policy(policy, mask)
     b = _check_beta(beta)
     n_steps = check_count("n_steps", n_steps, 0)
+    n_prompts, n_outputs = mask.shape
+    check_memory("n_steps", n_steps,
+                 8.0 * (n_steps + 1) * (n_prompts * (n_outputs + 1) + policy.dim),
+                 "the run's parameters and policies")
     gtol = _check_tol("gtol", gtol)
     accept_gtol = _check_tol("accept_gtol", accept_gtol)
     max_iter = check_count("max_iter", max_iter, 1)
@@ -462,8 +467,13 @@ def exact_iterates(
     :func:`~grpo_companion.theory.policy_iterate` for a reward table with a
     success and a failure in every row.
     """
-    return policy_iterate(ref_probs, _check_mask(success), _check_beta(beta), n_steps,
-                          calibration=calibration, **calibration_kwargs)
+    ref = check_probability_vector("ref_probs", ref_probs)
+    mask = _check_mask(success)
+    if ref.shape != mask.shape:
+        raise ValueError(f"ref_probs must have the shape of success, {mask.shape}, "
+                         f"got {ref.shape}")
+    return policy_iterate(ref, mask, _check_beta(beta), n_steps, calibration=calibration,
+                          **calibration_kwargs)
 
 
 # --------------------------------------------------------------------------- gap
