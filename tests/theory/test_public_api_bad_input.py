@@ -274,6 +274,92 @@ NOT_CALLABLE_WITH_INPUT = {
 # refusals (a taken name, a failing, negative, infinite or batch-level gains function).
 REGISTRY = {"register_normalization", "unregister_normalization", "sympy_ops",
             "calibration_named"}
+# --- chapter modules theory.parametric (ch. 9), theory.held_out (ch. 8), theory.beta_sweep (ch. 5)
+def _parametric_fixtures() -> dict[str, Any]:
+    from grpo_companion.theory import parametric
+
+    ref_probs = np.array([[0.25, 0.25, 0.5], [0.2, 0.3, 0.5]])
+    success = np.array([[True, False, False], [False, True, False]])
+    ref_log = np.log(ref_probs)
+    phi = parametric.tabular_features(2, 3)
+    policy = parametric.LogLinearPolicy(ref_log, phi)
+    run = parametric.parametric_grpo(policy, success, 1.0, 2)
+    exact = parametric.exact_iterates(ref_probs, success, 1.0, 2)
+    return {"ref_probs": ref_probs, "success": success, "ref_log": ref_log, "phi": phi,
+            "policy": policy, "run": run, "exact": exact}
+
+
+_PF = _parametric_fixtures()
+_TRAJ = [[0.2, 0.5], [0.3, 0.55], [0.35, 0.6]]
+_POLICY_KIND = Kind(_PF["policy"], {"None": None, "str": "x", "array": [0.2, 0.3, 0.5]})
+KINDS.update({
+    "success": Kind(_PF["success"], {"None": None, "str": "x", "fraction": [[0.5, 0, 1], [0, 1, 0]],
+                                     "nan": [[NAN, 0, 1], [0, 1, 0]], "flat": [1, 0, 0],
+                                     "all_success": [[1, 1, 1], [0, 1, 0]], "empty": [],
+                                     "scalar": 1}),
+    "ref_log_probs": Kind(_PF["ref_log"], {"None": None, "str": "x", "nan": [[NAN, 0.0, 0.0]] * 2,
+                                           "unnormalised": _PF["ref_log"] + 1.0,
+                                           "flat": [-1.0, -1.0], "inf": [[INF, 0.0, 0.0]] * 2}),
+    "features": Kind(_PF["phi"], {"None": None, "str": "x", "nan": np.full((2, 3, 1), NAN),
+                                  "shape": np.zeros((2, 2, 1)), "flat": [0.0, 1.0]}),
+    "theta": Kind(np.zeros(6), {"None": None, "str": "x", "nan": np.full(6, NAN), "short": [0.0],
+                                "inf": np.full(6, INF)}),
+    "p_prev": Kind([0.3, 0.6], {"None": None, "str": "x", "nan": [NAN, 0.5],
+                                "above": [0.3, 1.5], "length": [0.3]}),
+    "n_outputs": _count(3, 1),
+    "dim": Kind(2, {"None": None, "str": "2", "bool": True, "float": 2.5, "zero": 0, "above": 7,
+                    "array": [2]}),
+    "groups": Kind(1, {"None": None, "str": "1", "zero": 0, "above": 3, "float": 1.5,
+                       "negative_label": [-1, 0], "length": [0]}),
+    "accept_gtol": _one(1e-8, {"zero": 0.0, "negative": -1.0, "inf": INF}),
+    "max_iter": _count(100, 1),
+    "ref_probs": Kind(_PF["ref_probs"], {"None": None, "str": "x", "nan": [[NAN, 0.5, 0.5]] * 2,
+                                         "unnormalised": [[0.2, 0.2, 0.2]] * 2,
+                                         "negative": [[-0.2, 0.7, 0.5]] * 2}),
+    "tv": Kind([0.0, 0.2, 0.1], {"None": None, "str": "x", "nan": [0.0, NAN],
+                                 "negative": [0.0, -0.1], "above": [0.0, 1.5], "scalar": 0.5,
+                                 "empty": []}),
+    "param_probs": Kind(_PF["run"].probs, {"None": None, "str": "x", "shape": np.full((3, 2, 2), 0.5),
+                                           "unnormalised": np.full((3, 2, 3), 0.2),
+                                           "nan": np.full((3, 2, 3), NAN)}),
+    "exact_probs": Kind(_PF["exact"], {"None": None, "str": "x", "shape": np.full((3, 2, 2), 0.5),
+                                       "unnormalised": np.full((3, 2, 3), 0.2),
+                                       "nan": np.full((3, 2, 3), NAN)}),
+    "run": Kind(_PF["run"], {"None": None, "str": "x", "int": 3}),
+    "prompts": Kind([0], {"None": None, "str": "0", "bool": True, "float": [0.5],
+                          "out_of_range": [5], "duplicate": [0, 0], "empty": [],
+                          "negative": [-1]}),
+    "predicted": Kind(_TRAJ, {"None": None, "str": "x", "nan": [[NAN, 0.5]] * 3,
+                              "shape": [[0.2, 0.5]], "bool": True}),
+    "observed": Kind(_TRAJ, {"None": None, "str": "x", "nan": [[NAN, 0.5]] * 3,
+                             "shape": [[0.2, 0.5]], "bool": True}),
+    "eval_samples": _count(50, 1),
+    "n_se": _one(3.0, {"zero": 0.0, "negative": -1.0, "inf": INF}),
+})
+OVERRIDES.update({
+    "total_variation": {"p": _vector([0.2, 0.3, 0.5])},
+    "grpo_objective": {"policy": _POLICY_KIND},
+    "projection_error": {"policy": _POLICY_KIND},
+    "parametric_grpo": {"policy": _POLICY_KIND},
+    "measure_gap": {"policy": _POLICY_KIND},
+    "predict": {"beta": _one(1.0, BETA), "alpha": _one(1.0, ALPHA)},
+    "fit_step_fraction_on": {"beta": _one(1.0, BETA), "alpha": _one(1.0, ALPHA)},
+    "judge": {"beta": _one(1.0, BETA), "alpha": _one(1.0, ALPHA)},
+    "split_prompts": {"n_prompts": _count(4, 2)},
+    "sweep_beta": {"p_ref": _one(0.2, PROB_OPEN), "alpha": _one(1.0, ALPHA)},
+    "error_decomposition": {"beta": _one(1.0, BETA)},
+})
+EXTRA_VALID.update({
+    "grpo_objective": {"theta": np.zeros(6)},
+    "projection_error": {"theta": np.zeros(6)},
+    "random_features": {"n_prompts": 2, "n_outputs": 3},
+    "correctness_features": {"success": _PF["success"]},
+    "error_decomposition": {"exact_probs": _PF["exact"]},
+})
+NOT_CALLABLE_WITH_INPUT |= {"ParametricRun", "GapReport", "ErrorDecomposition", "GapMeasurement",
+                            "Judgement", "BeforeAfter", "BetaSweep"}
+
+
 # Result fields that do not depend on the batch of inputs (not empty for an empty batch).
 BATCH_FREE_FIELDS = {"staged_iterate": {"stage"}}
 CALIBRATION_METHODS = ("weights", "weights_of_logit", "log_weights_of_logit", "omega",
