@@ -17,10 +17,11 @@ Core modules (the theory every chapter and the trainer use; exported here):
 - ``logistic``, ``_validate``: logit-space helpers and the argument checks.
 
 Chapter modules (each serves one chapter or page; import them by module name):
-``group_sampling`` (ch. 6 Monte Carlo), ``table1`` (ch. 5), ``bifurcation``
-(ch. 5), ``amplification`` (ch. 4), ``surrogate`` and ``kl_estimators``
-(ch. 7), ``relaxed`` (ch. 8), ``contraction``, ``staged`` and ``numerical``
-(claims ledger and errata).
+``group_sampling`` (ch. 6 Monte Carlo; its ``group_advantages`` is exported),
+``table1``, ``bifurcation`` and ``beta_sweep`` (ch. 5), ``amplification``
+(ch. 4), ``surrogate`` and ``kl_estimators`` (ch. 7), ``relaxed`` and
+``held_out`` (ch. 8), ``parametric`` (ch. 9), ``contraction``, ``staged`` and
+``numerical`` (claims ledger and errata).
 """
 
 from .calibration import Calibration, omega, omega_of_logit, weights
