@@ -1,0 +1,30 @@
+"""Practice: this project's GRPO next to Hugging Face TRL's ``GRPOTrainer``.
+
+- :mod:`~grpo_companion.practice.trl_bridge`: a ``GRPOConfig`` in this project's
+  vocabulary, for the loss (:func:`~grpo_companion.practice.trl_bridge.loss_settings`)
+  and for the theory's prediction
+  (:func:`~grpo_companion.practice.trl_bridge.theory_settings`).
+- :mod:`~grpo_companion.practice.trl_callback`: :class:`PoSProbeCallback`, which
+  measures probe prompts' PoS during any ``GRPOTrainer`` run and records the
+  theory's prediction next to it.
+
+Importing this package imports ``transformers`` (not TRL itself); the
+translations read the config's attributes only.
+"""
+
+from grpo_companion.practice.trl_bridge import (
+    TheorySettings,
+    advantage_calibration,
+    loss_settings,
+    theory_settings,
+)
+from grpo_companion.practice.trl_callback import CSV_COLUMNS, PoSProbeCallback
+
+__all__ = [
+    "CSV_COLUMNS",
+    "PoSProbeCallback",
+    "TheorySettings",
+    "advantage_calibration",
+    "loss_settings",
+    "theory_settings",
+]

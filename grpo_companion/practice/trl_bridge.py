@@ -1,0 +1,280 @@
+"""What a TRL ``GRPOConfig`` means in this project's vocabulary.
+
+Two translations, both checked against TRL's own code by
+``tests/practice/test_trl_equivalence.py`` (TRL 1.16.0):
+
+- :func:`loss_settings`: the keywords of :func:`grpo_companion.rl.losses.grpo_loss`
+  that give the loss ``GRPOTrainer._compute_loss`` computes. TRL's ``epsilon`` and
+  ``epsilon_high`` are our ``clip_eps_low`` and ``clip_eps_high``; ``beta`` is
+  ``beta``; ``use_bias_correction_kl=False`` is the plain ``"k3"`` estimator and
+  ``True`` (TRL's default) is ``"k3_ratio"``, k3 times the differentiated ratio
+  ``pi / pi_old``. Options our loss does not have (two-sided ``delta``, entropy
+  masks or bonuses, off-policy masks, vLLM importance weights, sequence-level
+  ratios, the other loss types) are refused rather than silently ignored.
+- :func:`theory_settings`: what :mod:`grpo_companion.theory` predicts for a run.
+  ``scale_rewards="group"`` is ``CALIBRATIONS["trl"]`` (Bessel-corrected group
+  standard deviation plus TRL's fixed ``1e-4``) and ``"none"`` is
+  ``CALIBRATIONS["dr_grpo"]``, each with ``group_size = num_generations`` so
+  that the finite-group weights are used; ``"batch"`` scales by a statistic of
+  the whole batch, which couples the prompts, so there is no per-prompt
+  prediction.
+
+Which KL the run follows. On the samples of the current policy, the expected
+gradient of ``"k3_ratio"`` is the gradient of ``KL(pi || pi_ref)``, the penalty
+of the paper's objective (eq. 6), whose iterations are the recurrence of
+Theorem 2; the expected gradient of plain ``"k3"`` is that of
+``KL(pi_ref || pi)`` (:mod:`grpo_companion.theory.kl_estimators`). TRL's help
+text calls the first one "reverse KL" (the usual name in RL, with the policy
+first); this project calls it the forward KL (``ESTIMATOR_TARGETS["k3_ratio"] ==
+"forward"``). Same divergence, opposite names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from grpo_companion import theory
+from grpo_companion.theory.calibration import Calibration
+from grpo_companion.theory.kl_estimators import ESTIMATOR_TARGETS, reverse_kl_pos
+
+__all__ = [
+    "LOSS_TYPES",
+    "TheorySettings",
+    "advantage_calibration",
+    "iteration_of_step",
+    "loss_settings",
+    "predict_limits",
+    "predict_path",
+    "theory_settings",
+]
+
+#: TRL loss types with a counterpart in :func:`grpo_companion.rl.losses.aggregate`.
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+#: TRL's fixed smoothing constant of the group standard deviation (``std + 1e-4``).
+TRL_STD_EPS = 1e-4
+
+
+def _get(args: Any, name: str, default: Any = None) -> Any:
+    return getattr(args, name, default)
+
+
+def loss_settings(args: Any) -> dict[str, Any]:
+    """Keywords of :func:`~grpo_companion.rl.losses.grpo_loss` for a ``GRPOConfig``.
+
+    Raises ``ValueError`` for a setting whose loss we do not reproduce.
+    """
+    loss_type = _get(args, "loss_type", "dapo")
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type={loss_type!r} has no counterpart here; supported: "
+                         f"{LOSS_TYPES}")
+    unsupported = []
+    if _get(args, "delta") is not None:
+        unsupported.append("delta (two-sided clipping)")
+    if _get(args, "importance_sampling_level", "token") != "token":
+        unsupported.append("importance_sampling_level != 'token'")
+    if _get(args, "top_entropy_quantile", 1.0) < 1.0:
+        unsupported.append("top_entropy_quantile < 1")
+    if _get(args, "entropy_coef", 0.0) != 0.0 or _get(args, "use_adaptive_entropy", False):
+        unsupported.append("an entropy bonus")
+    if _get(args, "off_policy_mask_threshold") is not None:
+        unsupported.append("off_policy_mask_threshold")
+    if _get(args, "use_vllm", False) and _get(args, "vllm_importance_sampling_correction", False):
+        unsupported.append("vLLM importance-sampling correction")
+    if unsupported:
+        raise ValueError("our loss has no counterpart for " + ", ".join(unsupported))
+    eps_low = float(args.epsilon)
+    eps_high = _get(args, "epsilon_high")
+    return {
+        "clip_eps_low": eps_low,
+        "clip_eps_high": eps_low if eps_high is None else float(eps_high),
+        "beta": float(args.beta),
+        "kl": "k3_ratio" if _get(args, "use_bias_correction_kl", True) else "k3",
+        "loss_type": loss_type,
+        "max_completion_length": int(args.max_completion_length),
+    }
+
+
+def advantage_calibration(scale_rewards: Any, group_size: int | None = None) -> Calibration | None:
+    """The calibration of TRL's ``scale_rewards`` (``None`` for ``"batch"``).
+
+    ``True``/``"group"``: ``CALIBRATIONS["trl"]``; ``False``/``"none"``:
+    ``CALIBRATIONS["dr_grpo"]``; with ``group_size`` set, the finite-group version
+    (:mod:`grpo_companion.theory.finite_group`).
+    """
+    mode = {True: "group", False: "none"}.get(scale_rewards, scale_rewards)
+    if mode == "batch":
+        return None
+    if mode not in ("group", "none"):
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+    cal = theory.CALIBRATIONS["trl" if mode == "group" else "dr_grpo"]
+    return cal if group_size is None else dataclasses.replace(cal, group_size=group_size)
+
+
+@dataclass(frozen=True)
+class TheorySettings:
+    """What the theory is told about a run (see :func:`theory_settings`).
+
+    Attributes
+    ----------
+    beta : float
+        KL weight; 0 means no anchor.
+    calibration : Calibration or None
+        With ``group_size = G``; ``None`` when there is no per-prompt prediction.
+    kl : str
+        ``"k3"`` or ``"k3_ratio"``, the estimator the loss uses.
+    kl_target : str
+        ``"forward"`` (``KL(pi || pi_ref)``, the paper's) or ``"reverse"``
+        (``KL(pi_ref || pi)``), what that estimator's expected gradient follows.
+    group_size : int
+        ``num_generations``.
+    steps_per_iteration : float
+        Optimiser steps per GRPO iteration (one generation round: sample with
+        ``pi_old``, then ``num_iterations`` passes), see :func:`iteration_of_step`.
+    note : str
+        One line on what is predicted, for the run's record.
+    """
+
+    beta: float
+    calibration: Calibration | None
+    kl: str
+    kl_target: str
+    group_size: int
+    steps_per_iteration: float
+    note: str
+
+    @property
+    def predicts(self) -> bool:
+        """False when the settings have no per-prompt prediction (``scale_rewards="batch"``)."""
+        return self.calibration is not None
+
+    def record(self) -> dict[str, Any]:
+        """The settings as plain JSON-ready values."""
+        cal = None if self.calibration is None else dataclasses.asdict(self.calibration)
+        return {"beta": self.beta, "calibration": cal, "kl": self.kl,
+                "kl_target": self.kl_target, "group_size": self.group_size,
+                "steps_per_iteration": self.steps_per_iteration, "note": self.note}
+
+
+def theory_settings(args: Any) -> TheorySettings:
+    """The theory's reading of a ``GRPOConfig`` (β, calibration, KL, G, iteration length)."""
+    group = int(args.num_generations)
+    beta = float(args.beta)
+    kl = "k3_ratio" if _get(args, "use_bias_correction_kl", True) else "k3"
+    aggregation = _get(args, "multi_objective_aggregation", "sum_then_normalize")
+    cal = advantage_calibration(args.scale_rewards, group)
+    if aggregation != "sum_then_normalize":
+        cal = None
+    accumulation = int(_get(args, "gradient_accumulation_steps", 1))
+    per_generation = _get(args, "steps_per_generation") or accumulation
+    steps = int(per_generation) * int(_get(args, "num_iterations", 1)) / accumulation
+    if cal is None:
+        why = ("scale_rewards='batch'" if aggregation == "sum_then_normalize"
+               else f"multi_objective_aggregation={aggregation!r}")
+        note = (f"no per-prompt prediction: {why} scales every advantage by a statistic of the "
+                "whole batch, which couples the prompts")
+    elif beta == 0:
+        note = ("beta = 0: no KL term, each iteration maximises the expected advantage, so the "
+                "theory predicts PoS 1 from the first iteration for every p_ref > 0 and 0 for "
+                "p_ref = 0")
+    elif ESTIMATOR_TARGETS[kl] == "forward":
+        note = (f"paper's recurrence (Theorem 2) with KL(pi||pi_ref), beta={beta:g}, "
+                f"{cal.normalization} calibration for groups of {group}")
+    else:
+        note = (f"k3 without the ratio follows KL(pi_ref||pi): reverse-KL analogue of the "
+                f"recurrence (theory.kl_estimators.reverse_kl_pos), beta={beta:g}, "
+                f"{cal.normalization} calibration for groups of {group}")
+    return TheorySettings(beta, cal, kl, ESTIMATOR_TARGETS[kl], group, steps, note)
+
+
+def iteration_of_step(step: int, settings: TheorySettings) -> int:
+    """The GRPO iteration (Algorithm 1's outer loop) that optimiser step ``step`` has completed.
+
+    One iteration is one generation round of TRL: ``steps_per_generation x
+    num_iterations`` micro-batches, i.e. ``steps_per_iteration`` optimiser steps.
+    """
+    return int(math.floor(step / settings.steps_per_iteration + 1e-9))
+
+
+def _reverse_step(p: np.ndarray, p_ref: np.ndarray, settings: TheorySettings) -> np.ndarray:
+    assert settings.calibration is not None
+    w_plus, w_minus = settings.calibration.weights(p)
+    return reverse_kl_pos(p_ref, w_plus, w_minus, settings.beta)
+
+
+def predict_path(p_ref: Any, n_iterations: int, settings: TheorySettings) -> np.ndarray:
+    """Predicted PoS after ``0..n_iterations`` GRPO iterations, shape ``(n + 1, n_prompts)``.
+
+    Each iteration is the exact maximiser of that iteration's objective, started
+    at ``pi_ref`` (the paper's idealisation). ``beta = 0`` has no anchor: the
+    maximiser of the expected advantage is all mass on the verified outputs, so
+    ``p_n = 1`` for ``n >= 1`` wherever ``p_ref > 0`` (0 stays 0). No division
+    by ``beta`` happens in that case. NaN throughout when ``settings.predicts``
+    is False.
+    """
+    p_ref = np.atleast_1d(np.asarray(p_ref, dtype=np.float64))
+    n = int(n_iterations)
+    if n < 0:
+        raise ValueError(f"n_iterations must be >= 0, got {n_iterations!r}")
+    if not settings.predicts:
+        return np.full((n + 1, p_ref.size), np.nan)
+    if settings.beta == 0:
+        path = np.repeat(np.where(p_ref > 0, 1.0, 0.0)[None, :], n + 1, axis=0)
+        path[0] = p_ref
+        return path
+    if settings.kl_target == "forward":
+        return np.atleast_2d(theory.iterate(p_ref, p_ref, settings.beta, n,
+                                            calibration=settings.calibration)).reshape(
+            n + 1, p_ref.size)
+    path = np.empty((n + 1, p_ref.size))
+    path[0] = p_ref
+    for i in range(1, n + 1):
+        path[i] = _reverse_step(path[i - 1], p_ref, settings)
+    return path
+
+
+def predict_limits(p_ref: Any, settings: TheorySettings,
+                   n_steps: int = 2000) -> tuple[np.ndarray, list[str]]:
+    """Long-run PoS of the predicted iteration and its regime, per prompt.
+
+    Regimes: ``"fixed_point"``, ``"saturates"`` (p -> 1), ``"absorbed"`` (p = 0),
+    ``"cycle_2"`` and ``"irregular"`` (limit NaN: the iteration does not settle),
+    ``"none"`` (no prediction).
+    """
+    p_ref = np.atleast_1d(np.asarray(p_ref, dtype=np.float64))
+    if not settings.predicts:
+        return np.full(p_ref.size, np.nan), ["none"] * p_ref.size
+    if settings.beta == 0:
+        limits = np.where(p_ref > 0, 1.0, 0.0)
+        return limits, ["saturates" if x > 0 else "absorbed" for x in p_ref]
+    if settings.kl_target == "forward":
+        result = theory.classify_dynamics(p_ref, p_ref, settings.beta,
+                                          calibration=settings.calibration,
+                                          n_transient=n_steps // 2, n_measure=n_steps // 2)
+        regimes = [theory.Regime(int(r)).name.lower() for r in np.atleast_1d(result.regime)]
+        limits = np.atleast_2d(result.limits)[:, 0].copy()
+        limits[[r in ("cycle_2", "irregular") for r in regimes]] = np.nan
+        return limits, regimes
+    # iterate the reverse-KL map until every prompt has settled (or n_steps have passed)
+    tol = 1e-12
+    earlier, before = np.full(p_ref.size, np.nan), p_ref
+    last = _reverse_step(before, p_ref, settings)
+    for _ in range(n_steps - 1):
+        if np.all(np.abs(last - before) <= tol):
+            break
+        earlier, before, last = before, last, _reverse_step(last, p_ref, settings)
+    regimes = []
+    for i, p in enumerate(last):
+        if abs(p - before[i]) <= tol:
+            regimes.append("absorbed" if p == 0 else "saturates" if p == 1 else "fixed_point")
+        elif abs(p - earlier[i]) <= tol:
+            regimes.append("cycle_2")
+        else:
+            regimes.append("irregular")
+    limits = np.where([r in ("cycle_2", "irregular") for r in regimes], np.nan, last)
+    return limits, regimes

@@ -1,0 +1,427 @@
+"""A TRL ``TrainerCallback`` that tracks each probe prompt's PoS against the theory.
+
+Attach :class:`PoSProbeCallback` to any ``trl.GRPOTrainer`` (``callbacks=[...]``).
+At the start of training and every ``every`` optimiser steps it samples
+``n_samples`` completions of each probe prompt with the model's own
+``generate`` (batched, under ``torch.no_grad``, in eval mode, training mode
+restored afterwards), scores them with your verifier ``reward(prompt,
+completion) -> 0 or 1`` and records the fraction verified: the measured
+probability of success (PoS).
+
+Next to each measurement it records what :mod:`grpo_companion.theory` predicts
+for the run's own settings, read from the trainer's ``args``
+(:func:`grpo_companion.practice.trl_bridge.theory_settings`):
+
+- ``p_ref``: the PoS measured at the first measurement (step 0, the reference
+  policy, which is what TRL's reference model is when ``beta > 0``); pass
+  ``p_ref=`` for a resumed run. A measured 0 only says that ``p_ref`` is below
+  about ``3 / n_samples``, but the theory reads it as exactly 0, which never
+  moves (the paper observes such prompts staying put, App. A); pass ``p_ref=``
+  when you know better.
+- ``predicted_pos``: the PoS after ``theory_iteration`` GRPO iterations of the
+  paper's recurrence (Theorem 2, with the finite-group calibration of the run's
+  ``scale_rewards`` and ``num_generations``), where one iteration is one TRL
+  generation round (sample with ``pi_old``, then ``num_iterations`` passes).
+  The recurrence assumes each iteration solves its objective exactly; a real
+  run takes a few small steps per round and moves more slowly, so compare
+  shapes and limits, not paces.
+- ``predicted_limit`` and ``regime``: where the iteration settles (fixed point,
+  saturation at 1, absorption at 0) or that it does not (2-cycle, irregular:
+  limit NaN).
+
+With ``use_bias_correction_kl=False`` the estimator follows ``KL(pi_ref ||
+pi)`` instead, and the reverse-KL analogue is used. With ``beta = 0`` there is
+no KL term: the predicted PoS is 1 from the first iteration on for every
+``p_ref > 0`` (0 stays 0), with no division by ``beta``. With
+``scale_rewards="batch"`` there is no per-prompt prediction; the predicted
+columns are empty (NaN) and the JSON record says why.
+
+Files (``out_dir``), rewritten atomically (temporary file, then ``os.replace``)
+at each measurement by the main process only (``state.is_world_process_zero``):
+
+- ``pos_probe.csv``: one row per (step, prompt): ``step, prompt, measured_pos,
+  n, predicted_pos, theory_iteration, predicted_limit, regime, p_ref``;
+- ``pos_probe.png``: measured (with +-1 standard error) and predicted PoS
+  against the step, one panel per prompt (matplotlib, Agg canvas);
+- ``pos_probe.json``: the theory settings, the prompts and the predicted limits.
+
+An existing file at any of these paths is never replaced unless
+``overwrite=True``: the check runs when the callback is made and again before
+the first write.
+
+Devices. Generation runs on the model's device, with nothing specific to CUDA.
+Under ``accelerate launch`` every process samples ``ceil(n_samples / world)``
+completions per prompt (so each makes the same number of ``generate`` calls,
+which sharded models need) and the counts are summed with
+``torch.distributed.all_reduce``; ``n`` records the total. Sampling uses its own
+seed inside ``torch.random.fork_rng``, so it does not move the training RNG.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import json
+import math
+import os
+import tempfile
+import textwrap
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+from grpo_companion.practice.trl_bridge import (
+    TheorySettings,
+    iteration_of_step,
+    predict_limits,
+    predict_path,
+    theory_settings,
+)
+
+__all__ = ["CSV_COLUMNS", "PoSProbeCallback"]
+
+#: Columns of the CSV, in order.
+CSV_COLUMNS = ("step", "prompt", "measured_pos", "n", "predicted_pos", "theory_iteration",
+               "predicted_limit", "regime", "p_ref")
+
+Verifier = Callable[[Any, str], Any]
+
+
+def _distributed() -> tuple[int, int]:
+    """``(world_size, rank)``; ``(1, 0)`` outside a process group."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def _own_rng(device: torch.device) -> Any:
+    """Fork the CPU RNG and those of every device of ``device``'s type (restored on exit).
+
+    Written against ``torch.<type>`` (``device_count``, ``get_rng_state``), so it is
+    the same code for CUDA, XPU or MPS; a type without such a module keeps only the
+    CPU fork.
+    """
+    module = getattr(torch, device.type, None)
+    if device.type == "cpu" or module is None or not hasattr(module, "get_rng_state"):
+        return torch.random.fork_rng(devices=[])
+    count = module.device_count() if hasattr(module, "device_count") else 1
+    return torch.random.fork_rng(devices=list(range(count)), device_type=device.type)
+
+
+def _atomic_write(path: Path, write: Callable[[Any], None], *, binary: bool = False) -> None:
+    """Write ``path`` through a temporary file in the same folder, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"newline": ""})) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _as_success(value: Any, prompt_index: int) -> int:
+    """A verifier's answer as 0 or 1; anything else is an error."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, (int, float, np.integer, np.floating)) and value in (0, 1):
+        return int(value)
+    raise ValueError(f"reward(prompt, completion) must return 0 or 1 (a verifiable reward); got "
+                     f"{value!r} for prompt {prompt_index}")
+
+
+class PoSProbeCallback(TrainerCallback):
+    """Measure each probe prompt's PoS every ``every`` steps and record the theory's prediction.
+
+    Parameters
+    ----------
+    prompts
+        Probe prompts, in the format of the training set: strings, or
+        conversations (lists of ``{"role", "content"}`` messages, rendered with
+        the tokenizer's chat template and the generation prompt).
+    reward
+        Verifier ``reward(prompt, completion) -> 0/1`` (``prompt`` as given,
+        ``completion`` the decoded text without special tokens).
+    out_dir
+        Folder of the CSV, plot and JSON record.
+    every
+        Measure every ``every`` optimiser steps (and at the start and the end).
+    n_samples
+        Completions per prompt and measurement.
+    batch_size
+        Sequences per ``generate`` call.
+    tokenizer
+        Default: the trainer's ``processing_class``.
+    p_ref
+        Reference PoS per prompt; default: the first measurement.
+    steps_per_iteration
+        Optimiser steps per GRPO iteration; default from ``args`` (see
+        :func:`~grpo_companion.practice.trl_bridge.iteration_of_step`).
+    generation_kwargs
+        Extra ``generate`` keywords. By default sampling follows the run's
+        ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``repetition_penalty``,
+        ``generation_kwargs`` and ``max_completion_length``.
+    seed
+        Seed of the probe sampling.
+    overwrite
+        Replace existing files at the output paths.
+    """
+
+    def __init__(
+        self,
+        prompts: Sequence[Any],
+        reward: Verifier,
+        out_dir: str | os.PathLike[str],
+        *,
+        every: int = 50,
+        n_samples: int = 50,
+        batch_size: int = 64,
+        tokenizer: Any = None,
+        p_ref: Sequence[float] | None = None,
+        steps_per_iteration: float | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        seed: int = 0,
+        overwrite: bool = False,
+        csv_name: str = "pos_probe.csv",
+        plot_name: str = "pos_probe.png",
+        record_name: str = "pos_probe.json",
+    ) -> None:
+        self.prompts = list(prompts)
+        if not self.prompts:
+            raise ValueError("prompts must hold at least one probe prompt")
+        if not callable(reward):
+            raise ValueError(f"reward must be callable as reward(prompt, completion), "
+                             f"got {reward!r}")
+        for name, value in (("every", every), ("n_samples", n_samples), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if p_ref is not None:
+            p_ref = np.asarray(p_ref, dtype=np.float64)
+            if p_ref.shape != (len(self.prompts),) or not np.all((p_ref >= 0) & (p_ref <= 1)):
+                raise ValueError(f"p_ref must hold one probability per prompt "
+                                 f"({len(self.prompts)}), got {p_ref!r}")
+        if steps_per_iteration is not None and not steps_per_iteration > 0:
+            raise ValueError(f"steps_per_iteration must be > 0, got {steps_per_iteration!r}")
+        self.reward = reward
+        self.every, self.n_samples, self.batch_size = every, n_samples, batch_size
+        self.tokenizer = tokenizer
+        self.p_ref: np.ndarray | None = p_ref
+        self.steps_per_iteration = steps_per_iteration
+        self.generation_kwargs = dict(generation_kwargs or {})
+        self.seed = int(seed)
+        self.overwrite = bool(overwrite)
+        out = Path(out_dir)
+        self.csv_path, self.plot_path = out / csv_name, out / plot_name
+        self.record_path = out / record_name
+        self.rows: list[dict[str, Any]] = []
+        self.settings: TheorySettings | None = None
+        self.limits: np.ndarray | None = None
+        self.regimes: list[str] | None = None
+        self._claimed: set[Path] = set()
+        self._last_step: int | None = None
+        self._check_outputs()
+
+    # ----------------------------------------------------------------- events
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not hasattr(args, "num_generations"):
+            raise TypeError("PoSProbeCallback reads GRPO settings: attach it to a trl.GRPOTrainer")
+        settings = theory_settings(args)
+        if self.steps_per_iteration is not None:
+            settings = dataclasses.replace(settings,
+                                           steps_per_iteration=float(self.steps_per_iteration))
+        self.settings = settings
+        if state.is_world_process_zero:
+            self._check_outputs()
+        self._measure(args, state, kwargs)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0 and state.global_step != self._last_step:
+            self._measure(args, state, kwargs)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.global_step != self._last_step:
+            self._measure(args, state, kwargs)
+
+    # ------------------------------------------------------------ measuring
+    def _check_outputs(self) -> None:
+        if self.overwrite:
+            return
+        for path in (self.csv_path, self.plot_path, self.record_path):
+            if path not in self._claimed and path.exists():
+                raise FileExistsError(f"{path} exists; pass overwrite=True to replace it, or "
+                                      "choose another out_dir")
+
+    def _encode(self, tokenizer: Any, prompt: Any) -> list[int]:
+        if isinstance(prompt, str):
+            return list(tokenizer(text=prompt)["input_ids"])
+        rendered = tokenizer.apply_chat_template(conversation=[prompt], add_generation_prompt=True,
+                                                 tokenize=True, return_dict=True)
+        ids = rendered["input_ids"]
+        return list(ids[0] if ids and isinstance(ids[0], (list, tuple)) else ids)
+
+    def _sampling(self, args: Any, tokenizer: Any) -> dict[str, Any]:
+        options = {
+            "do_sample": True,
+            "max_new_tokens": int(args.max_completion_length),
+            "temperature": float(getattr(args, "temperature", 1.0)),
+            "top_p": float(getattr(args, "top_p", 1.0)),
+            "top_k": int(getattr(args, "top_k", 0) or 0),  # 0: no top-k filter, as in TRL
+            "min_p": getattr(args, "min_p", None),
+            "repetition_penalty": float(getattr(args, "repetition_penalty", 1.0)),
+            "pad_token_id": (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                             else tokenizer.eos_token_id),
+            "eos_token_id": tokenizer.eos_token_id,
+        }
+        if not getattr(args, "use_vllm", False):  # with vLLM they are vLLM's sampling options
+            options.update(getattr(args, "generation_kwargs", None) or {})
+        options.update(self.generation_kwargs)
+        return options
+
+    def _count_successes(self, model: Any, tokenizer: Any, args: Any,
+                         step: int) -> tuple[np.ndarray, int]:
+        world, rank = _distributed()
+        per_rank = math.ceil(self.n_samples / world)
+        encoded = [self._encode(tokenizer, p) for p in self.prompts]
+        jobs = [i for i in range(len(self.prompts)) for _ in range(per_rank)]
+        device = next(model.parameters()).device
+        options = self._sampling(args, tokenizer)
+        pad = options["pad_token_id"]
+        counts = torch.zeros(len(self.prompts), dtype=torch.long)
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad(), _own_rng(device):
+                torch.manual_seed((self.seed * 1_000_003 + step * 9_973 + rank) % (2**63 - 1))
+                for start in range(0, len(jobs), self.batch_size):
+                    batch = jobs[start:start + self.batch_size]
+                    width = max(len(encoded[i]) for i in batch)
+                    ids = torch.full((len(batch), width), pad, dtype=torch.long)
+                    mask = torch.zeros((len(batch), width), dtype=torch.long)
+                    for row, i in enumerate(batch):  # left padding, for decoder-only generation
+                        ids[row, width - len(encoded[i]):] = torch.tensor(encoded[i])
+                        mask[row, width - len(encoded[i]):] = 1
+                    out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                         **options)
+                    texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+                    for i, text in zip(batch, texts, strict=True):
+                        counts[i] += _as_success(self.reward(self.prompts[i], text), i)
+        finally:
+            model.train(was_training)
+        if world > 1:
+            reduced = counts.to(device)
+            torch.distributed.all_reduce(reduced)
+            counts = reduced.cpu()
+        return counts.numpy().astype(np.float64), per_rank * world
+
+    def _measure(self, args: Any, state: Any, kwargs: dict[str, Any]) -> None:
+        model = kwargs.get("model")
+        tokenizer = self.tokenizer or kwargs.get("processing_class")
+        if model is None or tokenizer is None:
+            raise ValueError("PoSProbeCallback needs the model and a tokenizer (pass tokenizer=)")
+        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wraps its tokenizer
+        assert self.settings is not None
+        step = int(state.global_step)
+        counts, n = self._count_successes(model, tokenizer, args, step)
+        measured = counts / n
+        if self.p_ref is None:
+            self.p_ref = measured.copy()
+        if self.limits is None:
+            self.limits, self.regimes = predict_limits(self.p_ref, self.settings)
+        iteration = iteration_of_step(step, self.settings)
+        predicted = predict_path(self.p_ref, iteration, self.settings)[-1]
+        assert self.regimes is not None
+        for i in range(len(self.prompts)):
+            self.rows.append({
+                "step": step, "prompt": i, "measured_pos": float(measured[i]), "n": n,
+                "predicted_pos": float(predicted[i]), "theory_iteration": iteration,
+                "predicted_limit": float(self.limits[i]), "regime": self.regimes[i],
+                "p_ref": float(self.p_ref[i]),
+            })
+        self._last_step = step
+        if state.is_world_process_zero:
+            self._write()
+
+    # --------------------------------------------------------------- output
+    def _claim(self, path: Path) -> None:
+        if path not in self._claimed:
+            if path.exists() and not self.overwrite:
+                raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+            self._claimed.add(path)
+
+    def _write(self) -> None:
+        for path in (self.csv_path, self.plot_path, self.record_path):
+            self._claim(path)
+
+        def rows(f: Any) -> None:
+            writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+            writer.writeheader()
+            for row in self.rows:
+                writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v)
+                                 for k, v in row.items()})
+
+        _atomic_write(self.csv_path, rows)
+        assert self.settings is not None and self.p_ref is not None and self.limits is not None
+        record = {
+            "theory": self.settings.record(),
+            "prompts": [p if isinstance(p, str) else list(p) for p in self.prompts],
+            "p_ref": self.p_ref.tolist(),
+            "predicted_limit": [None if math.isnan(x) else x for x in self.limits.tolist()],
+            "regime": self.regimes,
+            "n_samples": self.n_samples,
+            "every": self.every,
+        }
+        _atomic_write(self.record_path, lambda f: json.dump(record, f, indent=2, default=str))
+        figure = self.figure()
+        _atomic_write(self.plot_path, lambda f: figure.savefig(f, format="png", dpi=100),
+                      binary=True)
+
+    def figure(self) -> Any:
+        """The measured-versus-predicted figure of the rows so far (Agg canvas, no pyplot)."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        count = len(self.prompts)
+        cols = min(4, count)
+        lines = math.ceil(count / cols)
+        fig = Figure(figsize=(3.4 * cols, 2.6 * lines + 0.8), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = np.atleast_1d(fig.subplots(lines, cols, squeeze=False)).ravel()
+        for i, ax in enumerate(axes):
+            if i >= count:
+                ax.set_axis_off()
+                continue
+            mine = [r for r in self.rows if r["prompt"] == i]
+            steps = np.array([r["step"] for r in mine])
+            pos = np.array([r["measured_pos"] for r in mine])
+            n = np.array([r["n"] for r in mine], dtype=np.float64)
+            ax.errorbar(steps, pos, yerr=np.sqrt(pos * (1 - pos) / n), fmt="o-", ms=3,
+                        color="C0", label="measured")
+            predicted = np.array([r["predicted_pos"] for r in mine])
+            if np.isfinite(predicted).any():
+                ax.plot(steps, predicted, "--", drawstyle="steps-post", color="C1",
+                        label="recurrence")
+            limit = mine[-1]["predicted_limit"] if mine else math.nan
+            if math.isfinite(limit):
+                ax.axhline(limit, ls=":", color="C2", label="limit")
+            text = self.prompts[i] if isinstance(self.prompts[i], str) else str(self.prompts[i])
+            ax.set_title(textwrap.shorten(f"{i}: {text}", 40), fontsize=8)
+            ax.set_ylim(-0.03, 1.03)
+            ax.set_xlabel("step", fontsize=8)
+            ax.set_ylabel("PoS", fontsize=8)
+            ax.tick_params(labelsize=7)
+        axes[0].legend(fontsize=7, loc="lower right")
+        if self.settings is not None:
+            fig.suptitle(textwrap.fill(self.settings.note, 110), fontsize=8)
+        return fig
