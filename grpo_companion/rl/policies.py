@@ -20,6 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+#: Keys and values of the positions seen so far, each ``(batch, heads, positions, head width)``.
+_KV = tuple[torch.Tensor, torch.Tensor]
+
 
 def _check_temperature(temperature: float) -> None:
     if not temperature > 0 or math.isinf(temperature):
@@ -93,13 +96,30 @@ class _Block(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.extend(x, None)[0]
+
+    def extend(self, x: torch.Tensor, past: _KV | None) -> tuple[torch.Tensor, _KV]:
+        """The block on new positions ``x (batch, length, width)``, and the keys and values so far.
+
+        ``past`` holds the keys and values of the positions before ``x`` (None:
+        ``x`` starts the sequence). Each new position attends to every past
+        position and, causally, to the new ones up to itself.
+        """
         batch, length, width = x.shape
         q, k, v = self.qkv(self.norm1(x)).split(width, dim=-1)
         shape = (batch, length, self.n_heads, width // self.n_heads)
         q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
-        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        mask = None
+        if past is not None:
+            seen = past[0].shape[2]
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+            if length > 1:  # query i (position seen + i) sees keys 0 .. seen + i
+                mask = torch.ones(length, seen + length, dtype=torch.bool,
+                                  device=x.device).tril(diagonal=seen)
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                              is_causal=past is None)
         x = x + self.proj(attn.transpose(1, 2).reshape(batch, length, width))
-        return x + self.mlp(self.norm2(x))
+        return x + self.mlp(self.norm2(x)), (k, v)
 
 
 class TinyCausalTransformer(nn.Module):
@@ -150,6 +170,35 @@ class TinyCausalTransformer(nn.Module):
             x = block(x)
         return self.head(self.norm(x))
 
+    def _extend(self, tokens: torch.Tensor, past: list[_KV] | None) -> tuple[
+            torch.Tensor, list[_KV]]:
+        """Final hidden states ``(batch, length, width)`` of ``tokens`` run after ``past``.
+
+        ``past`` are the cached keys and values of the earlier positions, one pair
+        per block (None: ``tokens`` start the sequence); returns them extended.
+        """
+        start = 0 if past is None else past[0][0].shape[2]
+        x = self.embed(tokens) + self.position[start:start + tokens.shape[1]]
+        caches = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block.extend(x, None if past is None else past[i])
+            caches.append(kv)
+        return self.norm(x), caches
+
+    def _shared_prompts(self, prompts: torch.Tensor, group_size: int) -> tuple[
+            torch.Tensor, list[_KV]]:
+        """Run each prompt once; its next-token logits and its cache, for each of its rows.
+
+        The group's ``group_size`` rows share the prompt, so its positions are
+        computed for one row and repeated (gradients flow back through the
+        repeat, summed over the group).
+        """
+        hidden, past = self._extend(prompts, None)
+        logits = self.head(hidden[:, -1]).repeat_interleave(group_size, dim=0)
+        past = [(k.repeat_interleave(group_size, dim=0), v.repeat_interleave(group_size, dim=0))
+                for k, v in past]
+        return logits, past
+
     def sample(
         self,
         prompts: torch.Tensor,
@@ -163,25 +212,59 @@ class TinyCausalTransformer(nn.Module):
 
         Returns ``(completions, mask)`` of shape ``(rows, max_new_tokens)``;
         ``mask`` is True up to and including the first EOS, and tokens after it
-        are ``pad_id``.
+        are ``pad_id``. :meth:`sample_with_logprobs` also returns the
+        log-probabilities of the drawn tokens.
+
+        The prompt is run once per prompt (not once per sample), and its keys
+        and values are then shared by the group's ``group_size`` rows; every
+        later token is one step of each row on those cached keys and values
+        (a KV cache), so no position is computed twice. The distributions are
+        those of :meth:`forward` up to float rounding, drawn from the same
+        random numbers as with one full forward pass per token.
+        """
+        completions, mask, _ = self.sample_with_logprobs(
+            prompts, group_size, max_new_tokens=max_new_tokens, temperature=temperature,
+            generator=generator)
+        return completions, mask
+
+    def sample_with_logprobs(
+        self,
+        prompts: torch.Tensor,
+        group_size: int,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`sample`, and the per-token log-probabilities ``(rows, max_new_tokens)``.
+
+        The log-probabilities are those of the distributions the tokens were
+        drawn from (temperature applied): :meth:`token_logprobs` of the
+        completions up to float rounding, without another forward pass. After
+        the first EOS they are those of ``pad_id`` and meaningless (masked).
         """
         _check_temperature(temperature)
         if prompts.shape[1] + max_new_tokens > self.max_len:
             raise ValueError(f"max_new_tokens must be <= {self.max_len - prompts.shape[1]}, "
                              f"got {max_new_tokens}")
-        sequence = prompts.repeat_interleave(group_size, dim=0)
-        done = torch.zeros(len(sequence), dtype=torch.bool, device=prompts.device)
-        tokens, masks = [], []
+        rows = len(prompts) * group_size
+        done = torch.zeros(rows, dtype=torch.bool, device=prompts.device)
+        tokens, masks, logps = [], [], []
         with torch.no_grad():
-            for _ in range(max_new_tokens):
-                logits = self(sequence)[:, -1] / temperature
-                drawn = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
+            logits, past = self._shared_prompts(prompts, group_size)
+            for step in range(max_new_tokens):
+                if step:
+                    hidden, past = self._extend(tokens[-1].unsqueeze(1), past)
+                    logits = self.head(hidden[:, -1])
+                probs = (logits / temperature).softmax(-1)
+                drawn = torch.multinomial(probs, 1, generator=generator).squeeze(1)
                 drawn = torch.where(done, torch.full_like(drawn, self.pad_id), drawn)
                 masks.append(~done)
                 done = done | (drawn == self.eos_id)
                 tokens.append(drawn)
-                sequence = torch.cat([sequence, drawn.unsqueeze(1)], dim=1)
-        return torch.stack(tokens, dim=1), torch.stack(masks, dim=1)
+                logp = torch.log_softmax(logits / temperature, dim=-1)
+                logps.append(logp.gather(1, drawn.unsqueeze(1)).squeeze(1))
+        return torch.stack(tokens, dim=1), torch.stack(masks, dim=1), torch.stack(logps, dim=1)
 
     def token_logprobs(
         self,
@@ -191,9 +274,18 @@ class TinyCausalTransformer(nn.Module):
         *,
         temperature: float = 1.0,
     ) -> torch.Tensor:
-        """Per-token log-probabilities ``(rows, tokens)`` of the completions."""
+        """Per-token log-probabilities ``(rows, tokens)`` of the completions.
+
+        The same numbers as :meth:`forward` on each prompt followed by its
+        completion, up to float rounding; the prompt's positions are computed
+        once per prompt and shared by its ``group_size`` rows (as in
+        :meth:`sample`), and the completion's positions attend to them.
+        """
         _check_temperature(temperature)
-        sequence = torch.cat([prompts.repeat_interleave(group_size, dim=0), completions], dim=1)
-        start = prompts.shape[1] - 1
-        logits = self(sequence[:, :-1])[:, start:] / temperature
-        return torch.log_softmax(logits, dim=-1).gather(2, completions.unsqueeze(2)).squeeze(2)
+        first, past = self._shared_prompts(prompts, group_size)
+        logits = first.unsqueeze(1)
+        if completions.shape[1] > 1:
+            hidden, _ = self._extend(completions[:, :-1], past)
+            logits = torch.cat([logits, self.head(hidden)], dim=1)
+        logp = torch.log_softmax(logits / temperature, dim=-1)
+        return logp.gather(2, completions.unsqueeze(2)).squeeze(2)

@@ -4,7 +4,10 @@
 iteration follows Algorithm 1: freeze pi_old <- pi, sample G outputs per
 prompt, score them with the verifier, compute group advantages
 (:func:`~grpo_companion.rl.losses.group_advantages`) and take ``mu`` optimiser
-steps on :func:`~grpo_companion.rl.losses.grpo_loss`. In **exact** mode
+steps on :func:`~grpo_companion.rl.losses.grpo_loss`. pi_old's per-token
+log-probabilities are those of the first loss evaluation (taken before any
+step, so no separate forward pass of pi_old), and with ``beta = 0`` pi_ref is
+not run at all during training. In **exact** mode
 (tabular bandit only) every sample average is replaced by its expectation:
 the calibration weights come from the exact PoS (log-odds) of pi_{n-1} through
 :class:`grpo_companion.theory.Calibration`, the objective is
@@ -12,14 +15,19 @@ the calibration weights come from the exact PoS (log-odds) of pi_{n-1} through
 is maximised to convergence (mirror ascent, float64), so the PoS sequence is the
 paper's recurrence (Theorems 2, 4, 9) up to optimisation error.
 
-Logged per iteration and prompt (``metrics.csv``; iteration 0 is pi_ref):
+Logged per evaluated iteration and prompt (``metrics.csv``, ``TrainResult.metrics``;
+iteration 0 is pi_ref). The evaluated iterations are 0, every ``eval_every``-th
+and the last: by default every iteration for the bandit, whose metrics are exact
+and cheap, and every ``SEQUENCE_EVAL_EVERY``-th for the sequence task, whose
+sampled evaluation of the held-out prompts costs several training iterations:
 
 - ``success_prob``: PoS; exact for the bandit, otherwise the fraction of
   ``eval_samples`` verified samples (held-out prompts).
 - ``kl_ref``, ``kl_prev``: KL(pi_n||pi_ref) (the reference in force during
   iteration n, before any reset) and KL(pi_n||pi_{n-1}); exact for the
   bandit, otherwise the mean over the evaluation samples of the sequence
-  log-ratio (unbiased).
+  log-ratio (unbiased; the policy's log-probabilities are those the sampler
+  drew from, equal to a separate forward pass up to float rounding).
 - ``entropy``: exact for the bandit, otherwise the mean negative sequence
   log-probability of the evaluation samples.
 - ``clip_fraction``: fraction of this prompt's sampled tokens whose clipped
@@ -27,8 +35,9 @@ Logged per iteration and prompt (``metrics.csv``; iteration 0 is pi_ref):
   was not trained on in that iteration (always the case for held-out
   prompts, and in exact mode).
 
-``iterations.csv`` has one row per iteration: ``loss`` (mean over the mu
-steps), ``mean_reward`` of the sampled outputs and the batch ``clip_fraction``.
+``iterations.csv`` has one row per iteration, evaluated or not: ``loss`` (mean
+over the mu steps), ``mean_reward`` of the sampled outputs and the batch
+``clip_fraction``.
 
 Reliability. Everything that can be checked is checked before anything is
 written (:func:`prepare_run`: the configuration, including an estimate of its
@@ -38,7 +47,8 @@ error: the run diverged, an exact solve did not converge, a file could not be
 written) or ``"interrupted"``. A metric or parameter that becomes inf or NaN
 stops the run (:class:`TrainingFault`) instead of being written. Checkpoints
 have a constant size (the metrics go to the append-only ``history.bin``, see
-:mod:`grpo_companion.rl.history`) and load with ``weights_only=True``.
+:mod:`grpo_companion.rl.history`, one record per iteration, NaN for the metrics
+of an iteration that is not evaluated) and load with ``weights_only=True``.
 """
 
 from __future__ import annotations
@@ -85,7 +95,7 @@ METRICS = ("success_prob", "kl_ref", "kl_prev", "entropy", "clip_fraction")
 ITERATION_METRICS = ("loss", "mean_reward", "clip_fraction")
 CHECKPOINT = "checkpoint.pt"
 #: Bumped when the checkpoint layout changes (older checkpoints are refused, not misread).
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3
 #: Files a run folder holds (the history only until the run completes).
 RUN_FILES = ("run.json", CHECKPOINT, HISTORY, "metrics.csv", "iterations.csv")
 _LOG_TINY = math.log(1e-300)
@@ -99,6 +109,11 @@ BETA_RANGE = (1e-6, 1e6)
 LR_MAX = 1e3
 TEMPERATURE_RANGE = (1e-3, 1e3)
 MAX_SEED = 2**64 - 1  # torch and numpy generators take 64-bit seeds
+#: ``eval_every`` of the sequence task when none is given. With the default sizes one
+#: evaluation (256 prompts x 50 samples, then pi_ref's and pi_old's log-probabilities of
+#: them) costs about 8 training iterations (64 prompts x 16), so one every 50 iterations
+#: costs under a fifth of the training time (``benchmarks/bench_trainer.py`` measures it).
+SEQUENCE_EVAL_EVERY = 50
 #: A logit gap of this many nats moves a whole class below float64's smallest number
 #: from anywhere in the tabular policies' range (logits >= ZERO_LOGIT = -1e4).
 _EXACT_GAP_CAP = 3.0e4
@@ -181,11 +196,19 @@ class TrainConfig:
     checkpoint_every: int = knob(
         1, "write the checkpoint every this many iterations (and after the last)",
         Int(1), group=RUN)
+    eval_every: int | None = knob(
+        None, "compute the per-prompt metrics (metrics.csv, TrainResult.metrics) every this "
+        "many iterations, and always at iteration 0 and the last; none: every iteration for "
+        "the bandit (its metrics are exact and cheap), every "
+        f"{SEQUENCE_EVAL_EVERY} for the sequence task (its sampled evaluation would otherwise "
+        "cost several training iterations each time)", Int(1, optional=True), group=RUN)
 
     beta: float = knob(
-        0.1, "weight of the KL penalty",
-        Real(*BETA_RANGE, why="beyond it the KL term over- or underflows float32 and the "
-                              "exact solve loses precision"),
+        0.1, "weight of the KL penalty; 0: none, and no forward pass of pi_ref during training "
+        "(TRL's default, DAPO's setting; not with exact, which divides by beta)",
+        Real(*BETA_RANGE, or_zero=True,
+             why="beyond it the KL term over- or underflows float32 and the exact solve loses "
+                 "precision"),
         group=OBJECTIVE, trl="beta")
     alpha: float = knob(
         1.0, "reference share of the KL anchor: 1 is GRPO (eq. 6), 0 Mirror GRPO (eq. 9), "
@@ -319,6 +342,11 @@ class TrainConfig:
             raise bad("d_model", f"a multiple of n_heads={self.n_heads}")
         if self.exact and self.task != "bandit":
             raise bad("exact", "False for task='sequence' (exact mode needs a tabular policy)")
+        if self.exact and self.beta == 0:
+            raise ValueError(
+                "exact=True cannot be combined with beta=0: the exact iteration pi ∝ pi_ref "
+                "exp(A / beta) divides by beta; use beta > 0, or exact=False (sampled GRPO "
+                "without a KL penalty)")
         if self.kl == "exact" and self.task != "bandit":
             raise bad("kl", f"one of {losses.KL_ESTIMATORS} for task='sequence' "
                             "(the exact KL needs a tabular policy)")
@@ -326,7 +354,14 @@ class TrainConfig:
             limit = self.n_prompts if self.task == "bandit" else n_pairs - self.n_eval_prompts
             if self.prompts_per_iteration > limit:
                 raise bad("prompts_per_iteration", f"None or an int in [1, {limit}]")
-        if not self.exact and self.optimizer == "lbfgs" and self.kl == "k1":
+        if not self.exact and self.optimizer == "lbfgs" and self.beta == 0 and (
+                self.clip_eps_low is None or self.clip_eps_low == math.inf):
+            raise ValueError(
+                "optimizer='lbfgs' cannot be combined with beta=0 and clip_eps_low=None: "
+                "without a KL penalty or clipping the sampled objective is unbounded, so there "
+                "is no minimum to reach; set beta > 0 or clip_eps_low, or use optimizer='adam' "
+                "or 'sgd'")
+        if not self.exact and self.optimizer == "lbfgs" and self.kl == "k1" and self.beta > 0:
             raise ValueError(
                 "optimizer='lbfgs' cannot be combined with kl='k1': L-BFGS minimises the "
                 "sampled objective to convergence, and the k1 penalty (log pi - log pi_ref on "
@@ -339,6 +374,30 @@ class TrainConfig:
             raise ValueError(
                 f"this configuration needs about {need / 2**30:.3g} GiB ({what}), more than "
                 f"the {have / 2**30:.3g} GiB of memory of {device}; make it smaller")
+
+    @property
+    def evaluation_interval(self) -> int:
+        """``eval_every``, or the task's default when it is None."""
+        if self.eval_every is not None:
+            return self.eval_every
+        return 1 if self.task == "bandit" else SEQUENCE_EVAL_EVERY
+
+    def evaluated(self, iteration: int) -> bool:
+        """Whether the per-prompt metrics are computed after ``iteration`` (0: pi_ref)."""
+        return (iteration % self.evaluation_interval == 0 or iteration == self.iterations)
+
+    @property
+    def eval_iterations(self) -> tuple[int, ...]:
+        """The iterations whose per-prompt metrics are computed, in order (0 and the last)."""
+        every = self.evaluation_interval
+        last = () if self.iterations % every == 0 else (self.iterations,)
+        return (*range(0, self.iterations + 1, every), *last)
+
+    @property
+    def n_evaluations(self) -> int:
+        """``len(eval_iterations)``, without listing them."""
+        return self.iterations // self.evaluation_interval + 1 + (
+            self.iterations % self.evaluation_interval != 0)
 
     @property
     def calibration(self) -> Any:
@@ -388,7 +447,7 @@ def estimate_memory(config: TrainConfig) -> tuple[float, str]:
     """
     item = 8 if config.exact or config.dtype == "float64" else 4
     tracked = config.n_prompts if config.task == "bandit" else config.n_eval_prompts
-    history = 8.0 * (config.iterations + 1) * tracked * (len(METRICS) + 1)
+    history = 8.0 * config.n_evaluations * tracked * (len(METRICS) + 1)
     parts = {"the metric history": history}
     if config.task == "bandit":
         table = float(config.n_prompts) * config.n_outputs
@@ -440,12 +499,15 @@ def resolve_device(device: str) -> torch.device:
 class TrainResult:
     """What :func:`train` returns (notebook-friendly, no pandas).
 
-    ``metrics[name]`` is a float64 array ``(iterations + 1, n_prompts)`` for
-    each name in ``METRICS`` (row 0: the reference policy); ``p_ref``
+    ``metrics[name]`` is a float64 array ``(len(eval_iterations), n_prompts)``
+    for each name in ``METRICS``: row ``i`` is iteration ``eval_iterations[i]``
+    (``config.eval_iterations``: 0, the reference policy, every
+    ``eval_every``-th iteration and the last; with ``eval_every=1``, the
+    bandit's default, row ``n`` is iteration ``n``); ``p_ref``
     is the reference PoS per tracked prompt (exact for the bandit, estimated
     like ``success_prob`` for the sequence task); ``prompt_ids`` are the task's
     indices of the tracked prompts; ``iteration_rows`` are the rows of
-    ``iterations.csv``; ``reference_state`` (sequence task) is the state dict
+    ``iterations.csv`` (every iteration); ``reference_state`` (sequence task) is the state dict
     of the reference policy in force at the end (pi_ref unless
     ``ref_reset_every``), which :func:`train` accepts back to skip the
     supervised pre-training of another run.
@@ -460,19 +522,24 @@ class TrainResult:
     device: str = "cpu"
     sft_losses: list[float] = field(default_factory=list)
     reference_state: dict[str, torch.Tensor] | None = None
+    eval_iterations: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def __post_init__(self) -> None:
+        if len(self.eval_iterations) == 0:  # built by hand: every iteration
+            self.eval_iterations = np.arange(self.metrics["success_prob"].shape[0])
 
     @property
     def success_prob(self) -> np.ndarray:
         return self.metrics["success_prob"]
 
     def rows(self) -> list[dict[str, Any]]:
-        """Tidy rows, one per (iteration, prompt), as written to ``metrics.csv``."""
+        """Tidy rows, one per (evaluated iteration, prompt), as written to ``metrics.csv``."""
         out = []
-        for it in range(self.metrics["success_prob"].shape[0]):
+        for i, it in enumerate(self.eval_iterations):
             for j, prompt in enumerate(self.prompt_ids):
-                row: dict[str, Any] = {"iteration": it, "prompt": int(prompt),
+                row: dict[str, Any] = {"iteration": int(it), "prompt": int(prompt),
                                        "p_ref": float(self.p_ref[j])}
-                row.update({m: float(self.metrics[m][it, j]) for m in METRICS})
+                row.update({m: float(self.metrics[m][i, j]) for m in METRICS})
                 out.append(row)
         return out
 
@@ -494,7 +561,9 @@ class _Run:
         self.lr = config.lr if config.lr is not None else default_lr
         self.optimizer = self._make_optimizer()
         self.iteration = 0
+        # the per-prompt metrics of the evaluated iterations only (config.evaluated)
         self.metrics: dict[str, list[np.ndarray]] = {m: [] for m in METRICS}
+        self.eval_iterations: list[int] = []
         self.iteration_rows: list[dict[str, float]] = []
 
     def _make_optimizer(self) -> torch.optim.Optimizer | None:
@@ -526,7 +595,12 @@ class _Run:
             self.ref_policy = _frozen_copy(self.policy)
 
     def state(self, history_digest: str, *, final: bool) -> dict[str, Any]:
-        """The checkpoint: constant size, except the final one, which holds the history too."""
+        """The checkpoint: constant size, except the final one, which holds the history too.
+
+        ``history.bin`` has one record per iteration (the metrics of an iteration
+        that is not evaluated are NaN there); the final checkpoint holds the
+        metrics of the evaluated iterations only, as :class:`TrainResult` does.
+        """
         state = {
             "format": CHECKPOINT_FORMAT,
             "iteration": self.iteration,
@@ -561,24 +635,28 @@ class _Run:
     def load_history(self, state: dict[str, Any], history: MetricHistory | None,
                      path: Path) -> None:
         """The metrics so far: from a final checkpoint, or from ``history.bin`` (checked)."""
+        evaluated = [n for n in self.config.eval_iterations if n <= self.iteration]
         try:
             if "metrics" in state:
                 metrics = {m: list(state["metrics"][m].double().cpu().numpy()) for m in METRICS}
                 rows = [dict(r) for r in state["iteration_rows"]]
             else:
                 assert history is not None
-                metrics, rows = history.read(state["history_records"], state["history_sha256"])
+                every, rows = history.read(state["history_records"], state["history_sha256"])
+                if any(len(v) != self.iteration + 1 for v in every.values()):
+                    raise ValueError("one record per iteration")
+                metrics = {m: [v[n] for n in evaluated] for m, v in every.items()}
         except HistoryError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise ValueError(f"cannot resume from {str(path)!r}: its metrics are damaged "
                              f"({type(err).__name__})") from None
         if len(rows) != self.iteration or any(
-                len(v) != self.iteration + 1 or np.shape(v[-1]) != (len(self.tracked),)
+                len(v) != len(evaluated) or np.shape(v[-1]) != (len(self.tracked),)
                 for v in metrics.values()):
             raise ValueError(f"cannot resume from {str(path)!r}: its metrics do not match its "
                              "iteration count")
-        self.metrics, self.iteration_rows = metrics, rows
+        self.metrics, self.iteration_rows, self.eval_iterations = metrics, rows, evaluated
 
 
 def _frozen_copy(module: torch.nn.Module) -> torch.nn.Module:
@@ -699,9 +777,15 @@ class _Samples:
 
 @dataclass
 class _Anchors:
-    """Log-probabilities that stay fixed during the mu steps of an iteration."""
+    """Log-probabilities that stay fixed during the mu steps of an iteration.
 
-    old: torch.Tensor  # per token, under pi_old
+    ``old`` is filled by the first evaluation of the loss: it happens before any
+    optimiser step, where the policy is pi_old, so its detached per-token
+    log-probabilities are pi_old's and no separate forward pass of pi_old is
+    needed (for every mu; for mu = 1 the ratio is then exactly 1).
+    """
+
+    old: torch.Tensor | None  # per token, under pi_old (None until the first loss)
     ref: torch.Tensor | None  # per token, under pi_ref (None when no KL to pi_ref is needed)
     exact_ref: torch.Tensor | None = None  # kl="exact": the tabular pi_ref of the prompts
     exact_prev: torch.Tensor | None = None  # kl="exact": the tabular pi_old of the prompts
@@ -809,20 +893,25 @@ class _SequenceSteps:
             config.seed * 1_000_003 + run.iteration)
         idx = torch.as_tensor(task.eval_idx, device=run.device)
         prompts = task.prompts(idx)
-        completions, mask = run.policy.sample(
+        # the sampler gives the policy's log-probabilities of its draws (no extra pass)
+        completions, mask, tokens = run.policy.sample_with_logprobs(
             prompts, n, max_new_tokens=task.max_new_tokens, temperature=config.temperature,
             generator=generator)
 
-        def seq_logp(policy: torch.nn.Module) -> torch.Tensor:
-            tokens = policy.token_logprobs(prompts, completions, n,
-                                           temperature=config.temperature)
-            return (tokens * mask).sum(1).view(-1, n)
+        def seq_logp(per_token: torch.Tensor) -> torch.Tensor:
+            return (per_token * mask).sum(1).view(-1, n)
 
-        logp = seq_logp(run.policy)
+        def logp_of(policy: torch.nn.Module) -> torch.Tensor:
+            return seq_logp(policy.token_logprobs(prompts, completions, n,
+                                                  temperature=config.temperature))
+
+        logp = seq_logp(tokens)
+        kl_prev = torch.zeros_like(logp[:, 0]) if old is run.policy else (
+            logp - logp_of(old)).mean(1)  # pi_0 = pi_ref: no previous policy
         return {
             "success_prob": task.reward(idx, completions, mask, n).view(-1, n).mean(1),
-            "kl_ref": (logp - seq_logp(run.ref_policy)).mean(1),
-            "kl_prev": (logp - seq_logp(old)).mean(1),
+            "kl_ref": (logp - logp_of(run.ref_policy)).mean(1),
+            "kl_prev": kl_prev,
             "entropy": -logp.mean(1),
         }
 
@@ -831,14 +920,15 @@ _TASK_ADAPTERS: dict[str, Any] = {"bandit": _BanditSteps, "sequence": _SequenceS
 
 
 def _anchors(run: _Run, old: torch.nn.Module, s: _Samples) -> _Anchors:
+    """pi_ref's per-token log-probabilities where the loss has a KL to pi_ref (beta, alpha > 0)."""
     config, temp = run.config, run.config.temperature
-    old_logp = old.token_logprobs(s.prompts, s.completions, s.group, temperature=temp)
-    needs_ref = config.kl != "exact" and config.alpha > 0
+    penalised = config.beta > 0
+    needs_ref = penalised and config.kl != "exact" and config.alpha > 0
     ref_logp = (run.ref_policy.token_logprobs(s.prompts, s.completions, s.group, temperature=temp)
                 if needs_ref else None)
-    if config.kl != "exact":
-        return _Anchors(old_logp, ref_logp)
-    return _Anchors(old_logp, ref_logp, run.ref_policy.log_probs(s.chosen, temperature=temp),
+    if config.kl != "exact" or not penalised:
+        return _Anchors(None, ref_logp)
+    return _Anchors(None, ref_logp, run.ref_policy.log_probs(s.chosen, temperature=temp),
                     old.log_probs(s.chosen, temperature=temp))
 
 
@@ -852,6 +942,8 @@ def _sampled_loss(run: _Run, s: _Samples, advantages: torch.Tensor,
     config, temp = run.config, run.config.temperature
     exact_kl = config.kl == "exact"
     logp = run.policy.token_logprobs(s.prompts, s.completions, s.group, temperature=temp)
+    if anchors.old is None:  # the first loss of the iteration: the policy is still pi_old
+        anchors.old = logp.detach()
     per_token, clipped = losses.per_token_loss(
         logp, anchors.old, anchors.ref, advantages, clip_eps_low=config.clip_eps_low,
         clip_eps_high=config.clip_eps_high, beta=0.0 if exact_kl else config.beta,
@@ -859,7 +951,7 @@ def _sampled_loss(run: _Run, s: _Samples, advantages: torch.Tensor,
     mask_f = s.mask.to(anchors.old.dtype)
     loss = losses.aggregate(per_token, mask_f, loss_type=config.loss_type,
                             max_completion_length=s.mask.shape[1])
-    if exact_kl:
+    if exact_kl and config.beta > 0:
         current = run.policy.log_probs(s.chosen, temperature=temp)
         penalty = torch.zeros((), dtype=loss.dtype, device=run.device)
         if config.alpha > 0:
@@ -926,7 +1018,7 @@ def _sampled_step(run: _Run, old: torch.nn.Module) -> tuple[dict[str, float], np
         return _sampled_loss(run, samples, advantages, anchors)
 
     step = _lbfgs_step if run.optimizer is None else _first_order_step
-    mask_f = mask.to(anchors.old.dtype)
+    mask_f = mask.to(next(run.policy.parameters()).dtype)  # that of the log-probabilities
     clipped_tokens = torch.zeros_like(mask_f)
     step_losses: list[float] = []
     for _ in range(config.mu):  # lines 9-11: mu optimiser steps on the same samples
@@ -947,6 +1039,7 @@ def _evaluate(run: _Run, old: torch.nn.Module, clip_fraction: np.ndarray) -> Non
     for name, value in values.items():
         run.metrics[name].append(value.double().cpu().numpy())
     run.metrics["clip_fraction"].append(clip_fraction)
+    run.eval_iterations.append(run.iteration)
 
 
 def _versions(device: torch.device) -> dict[str, str]:
@@ -978,7 +1071,8 @@ def _result(run: _Run, out: Path | None) -> TrainResult:
     return TrainResult(config=run.config, metrics=metrics, p_ref=p_ref,
                        prompt_ids=np.asarray(run.tracked), iteration_rows=run.iteration_rows,
                        out_dir=out, device=str(run.device), sft_losses=run.sft_losses,
-                       reference_state=reference_state)
+                       reference_state=reference_state,
+                       eval_iterations=np.asarray(run.eval_iterations, dtype=np.int64))
 
 
 def check_out_dir(out_dir: str | Path, *, resume: bool) -> Path:
@@ -1121,21 +1215,26 @@ class PreparedRun:
         bar = tqdm(range(run.iteration + 1, config.iterations + 1), disable=not config.progress,
                    desc="GRPO", initial=run.iteration, total=config.iterations)
         for n in bar:
-            old = _frozen_copy(run.policy)
             run.iteration = n
+            evaluate = config.evaluated(n)
+            # pi_old is needed after the step only by the metrics (kl_prev) and the exact
+            # steps; otherwise the policy itself samples, before it is updated
+            keep_old = evaluate or config.exact or config.kl == "exact"
+            old = _frozen_copy(run.policy) if keep_old else run.policy
             if config.exact:
                 stats, clip_fraction = _exact_step(run, old), np.full(len(run.tracked), math.nan)
             else:
                 stats, clip_fraction = _sampled_step(run, old)
-            _evaluate(run, old, clip_fraction)
+            if evaluate:
+                _evaluate(run, old, clip_fraction)
             row = {"iteration": n, **stats}
             run.iteration_rows.append(row)
-            _check_finite(run, row)
+            _check_finite(run, row, metrics=evaluate)
             if config.ref_reset_every and n % config.ref_reset_every == 0:
                 run.ref_policy = _frozen_copy(run.policy)
             if out is not None:
                 assert self.history is not None
-                self.history.append(_last_metrics(run), row)
+                self.history.append(_last_metrics(run) if evaluate else _no_metrics(run), row)
                 if n % config.checkpoint_every == 0 or n == config.iterations:
                     digest = self.history.sync()
                     io.atomic_torch_save(out / CHECKPOINT,
@@ -1151,10 +1250,15 @@ def _last_metrics(run: _Run) -> dict[str, np.ndarray]:
     return {m: run.metrics[m][-1] for m in METRICS}
 
 
-def _check_finite(run: _Run, row: dict[str, float] | None) -> None:
+def _no_metrics(run: _Run) -> dict[str, np.ndarray]:
+    """The history record of an iteration that is not evaluated: NaN for every metric."""
+    return {m: np.full(len(run.tracked), math.nan) for m in METRICS}
+
+
+def _check_finite(run: _Run, row: dict[str, float] | None, *, metrics: bool = True) -> None:
     """Stop a run whose policy or metrics stopped being numbers (no silent NaN in the files)."""
     bad = [name for name, p in run.policy.named_parameters() if not bool(torch.isfinite(p).all())]
-    bad += [m for m in METRICS if m != "clip_fraction"  # NaN by design where untrained
+    bad += [m for m in METRICS if metrics and m != "clip_fraction"  # NaN by design: untrained
             if not np.isfinite(run.metrics[m][-1]).all()]
     if row is not None and not math.isfinite(row["loss"]):
         bad.append("loss")
@@ -1233,7 +1337,8 @@ def train(
     Returns
     -------
     TrainResult
-        Metrics per iteration and prompt as numpy arrays.
+        Metrics per evaluated iteration (``eval_iterations``) and prompt as numpy
+        arrays; the training statistics of every iteration in ``iteration_rows``.
 
     Raises
     ------

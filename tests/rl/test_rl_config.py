@@ -21,8 +21,9 @@ FIELDS = dataclasses.fields(TrainConfig)
 #: A valid configuration in which no field has its default value.
 NON_DEFAULT = {
     "task": "bandit", "exact": True, "iterations": 3, "seed": 7, "device": "cpu",
-    "dtype": "float64", "progress": False, "checkpoint_every": 2, "beta": 0.25, "alpha": 0.5,
-    "ref_reset_every": 2, "normalization": "mean_only", "eps": 1e-3, "eps_placement": "std",
+    "dtype": "float64", "progress": False, "checkpoint_every": 2, "eval_every": 2,
+    "beta": 0.25, "alpha": 0.5, "ref_reset_every": 2, "normalization": "mean_only", "eps": 1e-3,
+    "eps_placement": "std",
     "ddof": 1, "exact_group_size": 8, "group_size": 4, "mu": 2, "clip_eps_low": 0.1,
     "clip_eps_high": 0.3, "kl": "k2", "loss_type": "dapo", "optimizer": "sgd", "lr": 0.05,
     "temperature": 0.9, "prompts_per_iteration": 3, "n_prompts": 6, "n_outputs": 5,

@@ -88,7 +88,8 @@ def test_default_dtype_is_untouched():
 
 
 @pytest.mark.parametrize(("overrides", "name"), [
-    ({"beta": 0.0}, "beta"), ({"alpha": 1.5}, "alpha"), ({"group_size": 0}, "group_size"),
+    ({"beta": -0.1}, "beta"), ({"beta": 1e-7}, "beta"), ({"alpha": 1.5}, "alpha"),
+    ({"group_size": 0}, "group_size"),
     ({"kl": "k7"}, "kl"), ({"loss_type": "mean"}, "loss_type"), ({"mu": 0}, "mu"),
     ({"clip_eps_low": 2.0}, "clip_eps_low"), ({"device": "tpu"}, "device"),
     ({"task": "sequence", "exact": True}, "exact"), ({"task": "sequence", "kl": "exact"}, "kl"),
