@@ -169,15 +169,11 @@ def pos_map(
     eps_placement: str = "sqrt",
     anchor: Anchor | str = "reference",
 ) -> PoSMap:
-    """PoS map of a variant, calibration x anchor (see :func:`_pos_map`)."""
-    return _pos_map(as_calibration(normalization, eps_placement), anchor_kind(anchor))
-
-
-@cache
-def _pos_map(calibration: Calibration, anchor: str) -> PoSMap:
     """PoS map for a calibration and an anchor (Theorems 2, 4, 9; Section 5; Table 1).
 
-    The calibration weights of :func:`.calibration.calibration_weights` are
+    ``normalization`` is a :class:`~grpo_companion.theory.Calibration` or a
+    normalisation name (with ``eps_placement``); ``anchor`` an
+    :class:`~grpo_companion.theory.Anchor` or its kind. The calibration weights of :func:`.calibration.calibration_weights` are
     substituted into the generic solution of :func:`optimal_policy`:
 
     - ``anchor="reference"``: anchor PoS ``p_ref`` (Theorem 2, eq. 15);
@@ -187,6 +183,12 @@ def _pos_map(calibration: Calibration, anchor: str) -> PoSMap:
       correction, which holds along the iteration started at ``pi_ref``; see
       :func:`.two_kl.conditional_invariance`).
     """
+    return _pos_map(as_calibration(normalization, eps_placement), anchor_kind(anchor))
+
+
+@cache
+def _pos_map(calibration: Calibration, anchor: str) -> PoSMap:
+    """``pos_map`` on a checked calibration and anchor kind (cached)."""
     anchors = {
         "reference": logit(p_ref),
         "mirror": logit(p),

@@ -8,7 +8,7 @@ Core modules (the theory every chapter and the trainer use; exported here):
   (eqs. 3, 4, 13), derived from that definition; the :class:`Calibration`
   object shared with the symbolic layer and the trainer.
 - ``variants``: :class:`Anchor` (reference, mirror, two-KL with ``alpha``),
-  :class:`Variant` (calibration x anchor) and the named :data:`CALIBRATIONS`.
+  :class:`Variant` (calibration x anchor) and the named ``CALIBRATIONS``.
 - ``finite_group``: exact expected weights for a group of ``G`` samples.
 - ``policies``: closed-form optimal policies (Theorems 1, 4, 8; Lemmas 2, 3).
 - ``dynamics``: PoS recurrences of Table 1 in logit space, derivatives, Lemma 1.

@@ -53,7 +53,7 @@ class Calibration:
     Parameters
     ----------
     normalization : str
-        A name registered in :data:`~grpo_companion.theory.normalizations.NORMALIZATIONS`:
+        A name registered in ``grpo_companion.theory.NORMALIZATIONS``:
         ``"mean_std"`` whitens ``(r - mean) / std`` (GRPO, paper eq. 4);
         ``"mean_only"`` only centres ``r - mean`` (Dr. GRPO, paper eq. 13);
         ``"rloo"`` subtracts the mean of the other rewards of the group;
@@ -78,7 +78,7 @@ class Calibration:
     -----
     **Adding a variant.** Register one function, what a group of ``n`` with
     ``k`` successes gives a success and a failure, with
-    :func:`~grpo_companion.theory.normalizations.register_normalization`. It
+    :func:`~grpo_companion.theory.register_normalization`. It
     gives the population weights, Omega and its derivative, the finite-group
     weights, the numpy and torch group advantages and the SymPy expressions,
     hence the policies, PoS maps, fixed points and both training modes. The

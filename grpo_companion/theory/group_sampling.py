@@ -7,7 +7,7 @@ This module does exactly that, the way training code does it, so that the exact
 expectations of :mod:`grpo_companion.theory.finite_group` can be checked against
 simulated groups:
 
-- :func:`group_advantages` turns reward groups into advantages with any
+- :func:`~grpo_companion.theory.group_advantages` turns reward groups into advantages with any
   registered calibration, from its one definition (for example
   ``(r - mean) / (std + eps)`` as in TRL's ``GRPOTrainer``, or
   ``(r - mean) / sqrt(var + eps)`` as in the paper's eq. (4)); a group whose

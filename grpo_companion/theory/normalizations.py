@@ -25,7 +25,7 @@ A normalisation is registered as **one function**::
 From that one function the library derives the population weights, ``Omega``
 and its derivative (by SymPy), the exact finite-group weights (a Bernstein sum
 over ``k``), the numpy and torch group advantages, the SymPy expressions, and
-so the trainer's sampled and exact modes. :func:`register_normalization`
+so the trainer's sampled and exact modes. :func:`~grpo_companion.theory.register_normalization`
 refuses a function whose advantage for a group depends on the other groups of
 the batch (batch-level statistics are outside the per-prompt theory).
 
@@ -285,7 +285,7 @@ def register_normalization(
 
 
 def unregister_normalization(name: str) -> None:
-    """Remove a normalisation added by :func:`register_normalization` (not a built-in)."""
+    """Remove a normalisation added by :func:`~grpo_companion.theory.register_normalization` (not a built-in)."""
     if name in _BUILT_INS:
         raise ValueError(f"{name!r} is built in and cannot be removed")
     if name not in NORMALIZATIONS:

@@ -8,7 +8,7 @@
 
 Theory functions take ``calibration=`` and ``alpha=``; the symbolic layer takes
 an :class:`Anchor`; :class:`~grpo_companion.rl.TrainConfig` takes a
-:class:`Variant`; Table 1's rows are variants. :data:`CALIBRATIONS` holds the
+:class:`Variant`; Table 1's rows are variants. ``CALIBRATIONS`` holds the
 named calibrations the book uses, built from the normalisations registered in
 :mod:`grpo_companion.theory.normalizations`.
 """
@@ -90,7 +90,7 @@ CALIBRATIONS: dict[str, Calibration] = _calibrations()
 
 
 def calibration_named(name: str) -> Calibration:
-    """The calibration registered in :data:`CALIBRATIONS` under ``name``."""
+    """The calibration registered in ``CALIBRATIONS`` under ``name``."""
     if name not in CALIBRATIONS:
         raise ValueError(f"calibration must be one of {tuple(CALIBRATIONS)}, got {name!r}")
     return CALIBRATIONS[name]
@@ -103,7 +103,7 @@ class Variant:
     Parameters
     ----------
     calibration : Calibration or str
-        The calibration, or the name of one in :data:`CALIBRATIONS`.
+        The calibration, or the name of one in ``CALIBRATIONS``.
     anchor : Anchor
         What the KL penalty pulls towards.
     name : str
