@@ -173,8 +173,9 @@ def pos_map(
 
     ``normalization`` is a :class:`~grpo_companion.theory.Calibration` or a
     normalisation name (with ``eps_placement``); ``anchor`` an
-    :class:`~grpo_companion.theory.Anchor` or its kind. The calibration weights of :func:`.calibration.calibration_weights` are
-    substituted into the generic solution of :func:`optimal_policy`:
+    :class:`~grpo_companion.theory.Anchor` or its kind. The calibration
+    weights of :func:`.calibration.calibration_weights` are substituted into
+    the generic solution of :func:`optimal_policy`:
 
     - ``anchor="reference"``: anchor PoS ``p_ref`` (Theorem 2, eq. 15);
     - ``anchor="mirror"``: anchor PoS ``p`` itself (Theorem 4, eqs. 11-12);

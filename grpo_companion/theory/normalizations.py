@@ -285,7 +285,7 @@ def register_normalization(
 
 
 def unregister_normalization(name: str) -> None:
-    """Remove a normalisation added by :func:`~grpo_companion.theory.register_normalization` (not a built-in)."""
+    """Remove a normalisation added by :func:`register_normalization` (not a built-in)."""
     if name in _BUILT_INS:
         raise ValueError(f"{name!r} is built in and cannot be removed")
     if name not in NORMALIZATIONS:
