@@ -13,12 +13,29 @@ How the options map to practice (described in our own words):
 - ``group_advantages(rewards, CALIBRATIONS["trl"])`` is what TRL's
   ``GRPOTrainer`` does with ``scale_rewards="group"``: divide the centred
   reward by the Bessel-corrected group standard deviation plus ``1e-4``.
+  TRL 1.16 defaults to ``scale_rewards="group"``.
 - ``CALIBRATIONS["dr_grpo"]`` is Dr. GRPO's centring without scaling, eq. (13)
-  (TRL: ``scale_rewards="none"``).
-- ``grpo_loss(..., kl="k3")`` adds the "k3" estimator of the KL to the reference
-  to the per-token loss, as DeepSeekMath and TRL (``beta > 0``) do.
-- ``loss_type`` reproduces TRL's four ways of turning per-token losses into one
-  number (see :func:`aggregate`).
+  (TRL: ``scale_rewards="none"``). TRL's third value, ``"batch"``, divides by
+  the standard deviation of the whole batch, which couples the prompts; it has
+  no calibration here.
+- ``grpo_loss(..., kl="k3")`` adds the plain "k3" estimator of the KL to the
+  reference to the per-token loss, as DeepSeekMath does and as TRL does with
+  ``use_bias_correction_kl=False`` (or a TRL without that option);
+  ``kl="k3_ratio"`` multiplies it by the importance ratio ``pi / pi_old``, which
+  is TRL's ``use_bias_correction_kl=True``. TRL 1.16 defaults to
+  ``use_bias_correction_kl=True``. TRL adds the KL term only when ``beta > 0``,
+  and TRL 1.16 defaults to ``beta=0.0`` (no KL term, no reference model).
+- ``loss_type`` reproduces four of TRL's ways of turning per-token losses into
+  one number (see :func:`aggregate`); TRL 1.16 defaults to ``loss_type="dapo"``,
+  this module to ``"grpo"``.
+
+Which KL a run follows: the expected gradient of ``"k3_ratio"`` is that of
+``KL(pi || pi_ref)``, the paper's penalty, so a run with TRL's default
+estimator settles at the paper's fixed point; plain ``"k3"`` follows
+``KL(pi_ref || pi)`` and settles at the reverse-KL fixed point
+(:mod:`grpo_companion.theory.kl_estimators`). ``tests/practice/test_trl_facts.py``
+checks every "TRL x.y defaults to" statement of this module against the
+installed TRL.
 """
 
 from __future__ import annotations
@@ -61,8 +78,9 @@ def group_advantages(
     ``k`` successes gets ``+plus(k, G)``, a failure ``-minus(k, G)``, looked up
     in the table that :func:`grpo_companion.theory.finite_group.group_table`
     builds in float64. A group whose rewards are all equal gets exactly 0,
-    whatever ``eps`` is (it carries no learning signal; TRL's float32
-    arithmetic gives it about 6e-4 instead).
+    whatever ``eps`` is (it carries no learning signal). TRL 1.16 gives exactly
+    0 there too, in float32: its mean of equal 0/1 rewards is exact, so
+    ``r - mean`` is 0 before the division.
 
     Parameters
     ----------
@@ -70,9 +88,10 @@ def group_advantages(
         Rewards of shape ``(n_groups, G)``, each 0 or 1: row ``i`` holds the
         ``G`` rewards of the outputs sampled for prompt ``i``.
     calibration
-        Default ``Calibration()``, the paper's eq. (4). TRL's default is
-        ``CALIBRATIONS["trl"]`` (``(r - mean) / (std + 1e-4)`` with Bessel's
-        correction). Or pass the ``Calibration`` keywords instead.
+        Default ``Calibration()``, the paper's eq. (4). TRL 1.16 defaults to
+        ``scale_rewards="group"``, which is ``CALIBRATIONS["trl"]``
+        (``(r - mean) / (std + 1e-4)`` with Bessel's correction). Or pass the
+        ``Calibration`` keywords instead.
 
     Returns
     -------
@@ -109,12 +128,15 @@ def kl_penalty(
       expected gradient is zero, so as a loss term it does nothing on average.
     - ``"k2"``: ``d**2 / 2``. Its expected gradient under pi is the gradient of
       KL(pi||anchor).
-    - ``"k3"``: ``exp(d) - d - 1`` (DeepSeekMath; TRL with ``beta > 0``). Its
-      value is unbiased for KL(pi||anchor) on on-policy samples, but its
-      expected *gradient* is that of KL(anchor||pi), the reverse direction.
+    - ``"k3"``: ``exp(d) - d - 1`` (DeepSeekMath; TRL with ``beta > 0`` and
+      ``use_bias_correction_kl=False``). Its value is unbiased for
+      KL(pi||anchor) on on-policy samples, but its expected *gradient* is that
+      of KL(anchor||pi), the reverse direction.
     - ``"k3_ratio"``: k3 times the (differentiated) importance ratio
-      ``pi / pi_old``; the weighted sum over samples from pi_old estimates
-      E_pi[k3] = KL(pi||anchor), whose gradient it then follows.
+      ``pi / pi_old`` (TRL's bias-corrected KL, ``use_bias_correction_kl=True``;
+      TRL 1.16 defaults to ``use_bias_correction_kl=True``); the weighted sum
+      over samples from pi_old estimates E_pi[k3] = KL(pi||anchor), whose
+      gradient it then follows.
     """
     _check_choice("kl", kl, KL_ESTIMATORS)
     diff = anchor_logp - logp
@@ -250,6 +272,9 @@ def aggregate(
     max_completion_length: int | None = None,
 ) -> torch.Tensor:
     """Reduce per-token losses to a scalar, as TRL's ``loss_type`` options do.
+
+    TRL 1.16 defaults to ``loss_type="dapo"``; TRL 1.16's other loss types (cispo,
+    sapo, luspo, vespo) change the surrogate itself and are not reproduced.
 
     - ``"grpo"``: average the tokens of each sequence, then average the
       sequences (DeepSeekMath's formula; long sequences weigh less per token).
