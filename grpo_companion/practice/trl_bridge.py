@@ -94,7 +94,7 @@ def loss_settings(args: Any) -> dict[str, Any]:
         "clip_eps_low": eps_low,
         "clip_eps_high": eps_low if eps_high is None else float(eps_high),
         "beta": float(args.beta),
-        "kl": "k3_ratio" if _get(args, "use_bias_correction_kl", True) else "k3",
+        "kl": "k3_ratio" if _get(args, "use_bias_correction_kl", False) else "k3",
         "loss_type": loss_type,
         "max_completion_length": int(args.max_completion_length),
     }
@@ -165,7 +165,8 @@ def theory_settings(args: Any) -> TheorySettings:
     """The theory's reading of a ``GRPOConfig`` (β, calibration, KL, G, iteration length)."""
     group = int(args.num_generations)
     beta = float(args.beta)
-    kl = "k3_ratio" if _get(args, "use_bias_correction_kl", True) else "k3"
+    # a config without the option is from a TRL before it existed, which computed plain k3
+    kl = "k3_ratio" if _get(args, "use_bias_correction_kl", False) else "k3"
     aggregation = _get(args, "multi_objective_aggregation", "sum_then_normalize")
     cal = advantage_calibration(args.scale_rewards, group)
     if aggregation != "sum_then_normalize":
@@ -216,6 +217,11 @@ def predict_path(p_ref: Any, n_iterations: int, settings: TheorySettings) -> np.
     ``p_n = 1`` for ``n >= 1`` wherever ``p_ref > 0`` (0 stays 0). No division
     by ``beta`` happens in that case. NaN throughout when ``settings.predicts``
     is False.
+
+    With plain k3 (``use_bias_correction_kl=False``) the path steps with the
+    reverse-KL recurrence; TRL's solved off-policy k3 rounds follow another
+    path to the same limit (chapter 11 measures both), so only the limit
+    should be read as TRL's prediction there.
     """
     p_ref = np.atleast_1d(np.asarray(p_ref, dtype=np.float64))
     n = int(n_iterations)
