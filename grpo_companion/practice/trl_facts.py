@@ -4,7 +4,7 @@ Nothing here is a copy of TRL's numbers: :func:`grpo_defaults` reads the field
 defaults of ``trl.GRPOConfig`` from the installed package each time it is
 called, and :func:`reading` turns a configuration (those defaults, or any
 ``GRPOConfig``) into the objects of :mod:`grpo_companion.theory` that predict
-it: the calibration of the advantages (:data:`theory.CALIBRATIONS` with the
+it: the calibration of the advantages (``theory.CALIBRATIONS`` with the
 group size), the KL estimator of :mod:`grpo_companion.rl.losses` and which
 divergence its expected gradient follows
 (:data:`grpo_companion.theory.kl_estimators.ESTIMATOR_TARGETS`), and whether
