@@ -139,9 +139,9 @@ class Calibration:
         """Population weights straight from the definition, at ``p`` and ``1 - p`` from L."""
         succ, fail = expit(logit_p), expit(-logit_p)
         plus, minus = self.definition.gains(succ, fail, None, self, NUMPY_OPS)
-        shape = np.shape(logit_p)
-        return (np.broadcast_to(np.asarray(plus, dtype=np.float64), shape)[()] * 1.0,
-                np.broadcast_to(np.asarray(minus, dtype=np.float64), shape)[()] * 1.0)
+        shape = np.shape(logit_p)  # a constant gain (succ-free) still gets the input's shape
+        return (np.broadcast_to(np.asarray(plus, dtype=np.float64), shape).copy()[()],
+                np.broadcast_to(np.asarray(minus, dtype=np.float64), shape).copy()[()])
 
     @cached_property
     def _generic_omega_prime(self) -> Any:
@@ -170,11 +170,6 @@ class Calibration:
     def log_omega_unchecked(self, logit_p: np.ndarray) -> np.ndarray:
         """``log Omega`` of a validated finite float64 logit array, without checks."""
         return self._log_omega(logit_p)
-
-    @property
-    def omega_kernels(self) -> tuple[Any, Any, Any]:
-        """``(omega_unchecked, omega_prime_unchecked, log_omega_unchecked)``."""
-        return self.omega_unchecked, self.omega_prime_unchecked, self.log_omega_unchecked
 
     def check_boundary(self, logit_p: np.ndarray, name: str = "logit_p") -> None:
         """Raise ``ValueError`` for an infinite logit where Omega is infinite at p in {0, 1}."""
