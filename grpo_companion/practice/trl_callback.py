@@ -155,7 +155,9 @@ class PoSProbeCallback(TrainerCallback):
         Verifier ``reward(prompt, completion) -> 0/1`` (``prompt`` as given,
         ``completion`` the decoded text without special tokens).
     out_dir
-        Folder of the CSV, plot and JSON record.
+        Folder of the CSV, plot and JSON record; ``None`` writes no files and
+        keeps the measurements in :attr:`rows` only (for a notebook, which
+        shows :meth:`figure` itself).
     every
         Measure every ``every`` optimiser steps (and at the start and the end).
     n_samples
@@ -183,7 +185,7 @@ class PoSProbeCallback(TrainerCallback):
         self,
         prompts: Sequence[Any],
         reward: Verifier,
-        out_dir: str | os.PathLike[str],
+        out_dir: str | os.PathLike[str] | None,
         *,
         every: int = 50,
         n_samples: int = 50,
@@ -222,7 +224,8 @@ class PoSProbeCallback(TrainerCallback):
         self.generation_kwargs = dict(generation_kwargs or {})
         self.seed = int(seed)
         self.overwrite = bool(overwrite)
-        out = Path(out_dir)
+        self.writes_files = out_dir is not None
+        out = Path(out_dir if out_dir is not None else ".")
         self.csv_path, self.plot_path = out / csv_name, out / plot_name
         self.record_path = out / record_name
         self.rows: list[dict[str, Any]] = []
@@ -256,7 +259,7 @@ class PoSProbeCallback(TrainerCallback):
 
     # ------------------------------------------------------------ measuring
     def _check_outputs(self) -> None:
-        if self.overwrite:
+        if self.overwrite or not self.writes_files:
             return
         for path in (self.csv_path, self.plot_path, self.record_path):
             if path not in self._claimed and path.exists():
@@ -350,7 +353,7 @@ class PoSProbeCallback(TrainerCallback):
                 "p_ref": float(self.p_ref[i]),
             })
         self._last_step = step
-        if state.is_world_process_zero:
+        if state.is_world_process_zero and self.writes_files:
             self._write()
 
     # --------------------------------------------------------------- output

@@ -128,6 +128,15 @@ def test_only_the_main_process_writes(model, tmp_path):
     assert not (tmp_path / "probe").exists()
 
 
+def test_without_an_out_dir_it_keeps_rows_and_writes_nothing(model, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    callback = PoSProbeCallback(["say A"], says_target, None, every=1, n_samples=4)
+    args = _tiny.grpo_config(tmp_path / "run", max_completion_length=2)
+    _events(callback, model, _tiny.tokenizer(), args, main=True)
+    assert len(callback.rows) == 3
+    assert not any(tmp_path.glob("pos_probe*"))
+
+
 def test_sampling_leaves_the_model_mode_and_the_rng_alone(model, tmp_path):
     callback = PoSProbeCallback(["say A", "say B"], says_target, tmp_path, n_samples=5,
                                 batch_size=3)
