@@ -156,7 +156,7 @@ class PoSProbeCallback(TrainerCallback):
         ``completion`` the decoded text without special tokens).
     out_dir
         Folder of the CSV, plot and JSON record; ``None`` writes no files and
-        keeps the measurements in :attr:`rows` only (for a notebook, which
+        keeps the measurements in ``rows`` only (for a notebook, which
         shows :meth:`figure` itself).
     every
         Measure every ``every`` optimiser steps (and at the start and the end).
