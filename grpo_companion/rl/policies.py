@@ -98,12 +98,15 @@ class _Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.extend(x, None)[0]
 
-    def extend(self, x: torch.Tensor, past: _KV | None) -> tuple[torch.Tensor, _KV]:
+    def extend(self, x: torch.Tensor, past: _KV | None, *,
+               siblings: bool = False) -> tuple[torch.Tensor, _KV]:
         """The block on new positions ``x (batch, length, width)``, and the keys and values so far.
 
         ``past`` holds the keys and values of the positions before ``x`` (None:
         ``x`` starts the sequence). Each new position attends to every past
-        position and, causally, to the new ones up to itself.
+        position and, causally, to the new ones up to itself. With
+        ``siblings`` the ``length`` new entries are instead alternatives for
+        one same next position: each attends to the past and to itself only.
         """
         batch, length, width = x.shape
         q, k, v = self.qkv(self.norm1(x)).split(width, dim=-1)
@@ -113,7 +116,10 @@ class _Block(nn.Module):
         if past is not None:
             seen = past[0].shape[2]
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-            if length > 1:  # query i (position seen + i) sees keys 0 .. seen + i
+            if siblings:  # alternative i sees the past and key seen + i
+                mask = torch.cat([torch.ones(length, seen, dtype=torch.bool, device=x.device),
+                                  torch.eye(length, dtype=torch.bool, device=x.device)], dim=1)
+            elif length > 1:  # query i (position seen + i) sees keys 0 .. seen + i
                 mask = torch.ones(length, seen + length, dtype=torch.bool,
                                   device=x.device).tril(diagonal=seen)
         attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
@@ -184,6 +190,23 @@ class TinyCausalTransformer(nn.Module):
             x, kv = block.extend(x, None if past is None else past[i])
             caches.append(kv)
         return self.norm(x), caches
+
+    def _extend_siblings(self, tokens: torch.Tensor, past: list[_KV]) -> tuple[
+            torch.Tensor, list[_KV]]:
+        """Final hidden states ``(batch, c, width)`` of ``c`` alternative next tokens per row.
+
+        Row ``b`` of ``tokens (batch, c)`` holds ``c`` candidates for the one
+        position after ``past[.][b]``; each is computed as if it alone followed
+        that past. Returns the hidden states and, per block, the candidates'
+        own keys and values ``(batch, heads, c, head width)``.
+        """
+        start = past[0][0].shape[2]
+        x = self.embed(tokens) + self.position[start]
+        own = []
+        for i, block in enumerate(self.blocks):
+            x, (k, v) = block.extend(x, past[i], siblings=True)
+            own.append((k[:, :, start:], v[:, :, start:]))
+        return self.norm(x), own
 
     def _shared_prompts(self, prompts: torch.Tensor, group_size: int) -> tuple[
             torch.Tensor, list[_KV]]:
@@ -265,6 +288,70 @@ class TinyCausalTransformer(nn.Module):
                 logp = torch.log_softmax(logits / temperature, dim=-1)
                 logps.append(logp.gather(1, drawn.unsqueeze(1)).squeeze(1))
         return torch.stack(tokens, dim=1), torch.stack(masks, dim=1), torch.stack(logps, dim=1)
+
+    def output_log_probs(
+        self,
+        prompts: torch.Tensor,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+    ) -> tuple[torch.Tensor, list[tuple[int, ...]]]:
+        """Exact log-probability of every possible completion of each prompt.
+
+        A completion is what :meth:`sample` can return, read up to its first
+        EOS: ``l < max_new_tokens`` non-EOS tokens followed by EOS, or
+        ``max_new_tokens`` non-EOS tokens and no EOS. With vocabulary ``V``
+        there are ``sum_{l < T} (V-1)^l + (V-1)^T`` of them, and their
+        probabilities sum to 1 for every prompt.
+
+        The tree of prefixes is expanded one level per token on the KV cache
+        (each prefix is run once, one new position per level), so the cost is
+        that of ``(V-1)^(T-1)`` one-token steps per prompt, not of a forward
+        pass per completion.
+
+        Returns
+        -------
+        (log_probs, outputs)
+            ``log_probs`` is ``(len(prompts), len(outputs))`` (float64);
+            ``outputs`` lists each completion's tokens (its EOS included), in
+            the order of the columns, the same for every prompt.
+        """
+        _check_temperature(temperature)
+        if max_new_tokens < 1 or prompts.shape[1] + max_new_tokens > self.max_len:
+            raise ValueError(f"max_new_tokens must be in [1, {self.max_len - prompts.shape[1]}], "
+                             f"got {max_new_tokens}")
+        vocab = self.head.out_features
+        others = torch.tensor([t for t in range(vocab) if t != self.eos_id], device=prompts.device)
+        n_prompts, width = len(prompts), len(others)
+        columns: list[torch.Tensor] = []
+        outputs: list[tuple[int, ...]] = []
+        prefixes: list[tuple[int, ...]] = [()]
+        with torch.no_grad():
+            hidden, past = self._extend(prompts, None)
+            logits = self.head(hidden[:, -1])  # (prompts * prefixes, vocab), prompt-major
+            prefix_logp = torch.zeros(n_prompts, 1, dtype=torch.float64, device=prompts.device)
+            for level in range(max_new_tokens):
+                if level:  # every prefix of this level: one of `width` children of a parent
+                    rows = len(past[0][0])
+                    hidden, own = self._extend_siblings(others.expand(rows, width), past)
+                    logits = self.head(hidden).reshape(rows * width, vocab)
+                    if level < max_new_tokens - 1:  # the children's caches, for the next level
+                        past = [(torch.cat([k.repeat_interleave(width, dim=0),
+                                            ok.transpose(1, 2).reshape(rows * width, -1, 1,
+                                                                       ok.shape[-1])], dim=2),
+                                 torch.cat([v.repeat_interleave(width, dim=0),
+                                            ov.transpose(1, 2).reshape(rows * width, -1, 1,
+                                                                       ov.shape[-1])], dim=2))
+                                for (k, v), (ok, ov) in zip(past, own, strict=True)]
+                logq = torch.log_softmax(logits.double() / temperature, dim=-1).view(
+                    n_prompts, len(prefixes), vocab)
+                columns.append(prefix_logp + logq[..., self.eos_id])
+                outputs += [(*prefix, self.eos_id) for prefix in prefixes]
+                prefix_logp = (prefix_logp.unsqueeze(2) + logq[..., others]).reshape(n_prompts, -1)
+                prefixes = [(*prefix, int(t)) for prefix in prefixes for t in others]
+            columns.append(prefix_logp)  # no EOS within max_new_tokens
+            outputs += prefixes
+        return torch.cat(columns, dim=1), outputs
 
     def token_logprobs(
         self,

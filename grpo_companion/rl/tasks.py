@@ -196,6 +196,21 @@ class ArithmeticTask:
             out[row, : len(digits)] = digits
         return out
 
+    def grpo_pool(self, count: int | None, seed: int) -> np.ndarray:
+        """The training prompts GRPO draws from: ``count`` of them (None: all), sorted.
+
+        The first ``count`` of a shuffle of :attr:`train_idx` seeded by
+        ``seed``, so a run and its analysis agree on the set.
+        """
+        if count is None:
+            return self.train_idx
+        if isinstance(count, bool) or not isinstance(count, int) or not (
+                1 <= count <= len(self.train_idx)):
+            raise ValueError(f"count must be None or an int in [1, {len(self.train_idx)}], "
+                             f"got {count!r}")
+        order = np.random.default_rng([seed, 0x6770]).permutation(len(self.train_idx))
+        return np.sort(self.train_idx[order[:count]])
+
     def error_rate(self, idx: np.ndarray) -> np.ndarray:
         """Probability that the SFT data forgets the carry, per prompt."""
         units = self.operands[idx, 0] % 10 + self.operands[idx, 1] % 10

@@ -294,6 +294,10 @@ class TrainConfig:
     max_operand: int = knob(49, "largest operand of the additions", Int(1, 99), group=SEQUENCE)
     n_eval_prompts: int = knob(256, "held-out prompts whose PoS is tracked", Int(1),
                                group=SEQUENCE)
+    grpo_prompts: int | None = knob(
+        None, "GRPO trains on a fixed set of this many training prompts (ArithmeticTask."
+        "grpo_pool: the first of a seeded shuffle; pre-training still uses every training "
+        "prompt); none: on all of them", Int(1, optional=True), group=SEQUENCE)
     eval_samples: int = knob(50, "samples per held-out prompt for the PoS estimate", Int(1),
                              group=SEQUENCE)
     carry_error_span: float = knob(
@@ -350,8 +354,12 @@ class TrainConfig:
         if self.kl == "exact" and self.task != "bandit":
             raise bad("kl", f"one of {losses.KL_ESTIMATORS} for task='sequence' "
                             "(the exact KL needs a tabular policy)")
+        pool = n_pairs - self.n_eval_prompts
+        if self.grpo_prompts is not None and self.grpo_prompts > pool:
+            raise bad("grpo_prompts", f"None or an int in [1, {pool}] (the training prompts "
+                                      f"left by n_eval_prompts={self.n_eval_prompts})")
         if self.prompts_per_iteration is not None:
-            limit = self.n_prompts if self.task == "bandit" else n_pairs - self.n_eval_prompts
+            limit = self.n_prompts if self.task == "bandit" else self.grpo_prompts or pool
             if self.prompts_per_iteration > limit:
                 raise bad("prompts_per_iteration", f"None or an int in [1, {limit}]")
         if not self.exact and self.optimizer == "lbfgs" and self.beta == 0 and (
@@ -459,7 +467,8 @@ def estimate_memory(config: TrainConfig) -> tuple[float, str]:
                 rows * (3 * 8 + 10 * item) + 4 * batch * config.n_outputs * item)
     else:
         n_pairs = (config.max_operand + 1) ** 2
-        batch = config.prompts_per_iteration or min(64, n_pairs - config.n_eval_prompts)
+        batch = config.prompts_per_iteration or min(
+            64, config.grpo_prompts or n_pairs - config.n_eval_prompts)
         length = 7 + len(str(2 * config.max_operand)) + 1
         d, layers, vocab = config.d_model, config.n_layers, VOCAB_SIZE
         params = layers * 12.0 * d * d + (vocab + length) * d + d * vocab
@@ -561,6 +570,7 @@ class _Run:
         self.lr = config.lr if config.lr is not None else default_lr
         self.optimizer = self._make_optimizer()
         self.iteration = 0
+        self.chosen: torch.Tensor | None = None  # the prompts of the last sampled iteration
         # the per-prompt metrics of the evaluated iterations only (config.evaluated)
         self.metrics: dict[str, list[np.ndarray]] = {m: [] for m in METRICS}
         self.eval_iterations: list[int] = []
@@ -865,7 +875,7 @@ class _SequenceSteps:
 
     @staticmethod
     def choose_prompts(run: _Run) -> torch.Tensor:
-        pool = run.task.train_idx
+        pool = run.task.grpo_pool(run.config.grpo_prompts, run.config.seed)
         return _random_prompts(run, pool, run.config.prompts_per_iteration or min(64, len(pool)))
 
     @staticmethod
@@ -1004,6 +1014,7 @@ def _sampled_step(run: _Run, old: torch.nn.Module) -> tuple[dict[str, float], np
     config, task = run.config, _TASK_ADAPTERS[run.config.task]
     group = config.group_size
     chosen = task.choose_prompts(run)  # line 4: a batch of prompts
+    run.chosen = chosen  # read by callbacks (rl.long_run): which prompts this iteration trained
     n_prompts = len(chosen)
     with torch.no_grad():  # lines 5-8: G outputs of pi_old each, rewards, advantages
         prompts, completions, mask = task.sample(run, old, chosen, group)

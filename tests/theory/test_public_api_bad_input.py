@@ -358,7 +358,48 @@ EXTRA_VALID.update({
     "error_decomposition": {"exact_probs": _PF["exact"]},
 })
 NOT_CALLABLE_WITH_INPUT |= {"ParametricRun", "GapReport", "ErrorDecomposition", "GapMeasurement",
-                            "Judgement", "BeforeAfter", "BetaSweep"}
+                            "Judgement", "BeforeAfter", "BetaSweep", "Verdict"}
+
+# --- theory.trained_loss (ch. 8): the recurrence of the loss a sampled run trains.
+# Trajectories are (len(steps), prompts) logits; one_step_tv's arrays are coupled by
+# shape (prompts, outputs), so they are whole-array kinds, not elementwise ones.
+_LOGIT_TRAJ = [[-1.0, 0.5], [-0.8, 0.7], [-0.6, 0.9]]
+_LOGIT_TRAJ_BAD = {"None": None, "str": "x", "nan": [[NAN, 0.5]] * 3, "flat": [0.1, 0.2],
+                   "bool": True, "object": [[0.1, None]] * 3, "complex": [[0.5 + 1j, 0.1]] * 3}
+_LOG_PI = np.log([[0.3, 0.3, 0.4], [0.2, 0.5, 0.3]])
+KINDS.update({
+    "logit_success": Kind(_LOGIT_TRAJ, {**_LOGIT_TRAJ_BAD, "one_row": [[-1.0, 0.5]],
+                                        "no_prompts": np.zeros((3, 0))}),
+    "steps": Kind([0, 1, 2], {"None": None, "str": "012", "bool": True, "float": [0.0, 1.0, 2.0],
+                              "not_from_zero": [1, 2, 3], "decreasing": [0, 2, 1],
+                              "repeated": [0, 1, 1], "length": [0, 1], "nan": [0, NAN, 2],
+                              "nested": [[0, 1, 2]]}),
+    "log_probs": Kind(_LOG_PI, {"None": None, "str": "x", "nan": [[NAN, 0.0, 0.0]] * 2,
+                                "positive": _LOG_PI + 1.0, "inf": [[INF, 0.0, 0.0]] * 2,
+                                "flat": [-1.0, -1.0], "outputs": _LOG_PI[:, :2],
+                                "prompts": _LOG_PI[:1], "one_output": np.zeros((2, 1)),
+                                "bool": True}),
+    "correct": Kind([0, 1], {"None": None, "str": "01", "bool": True, "float": [0.0, 1.0],
+                             "out_of_range": [0, 3], "negative": [-1, 0], "length": [0],
+                             "scalar": 0, "nested": [[0, 1]], "mask": [True, False]}),
+    "shift": Kind([0.0, 0.2, 0.4], {"None": None, "str": "x", "bool": True, "nan": [0.0, NAN, 0.1],
+                                    "short": [0.0, 0.1], "object": [0.0, None, 0.1],
+                                    "complex": [0.0, 1j, 0.1]}),
+    "logit_target": Kind([0.3, -0.2], {"None": None, "str": "x", "bool": True,
+                                       "nan": [0.3, NAN], "short": [0.3], "scalar": 0.3,
+                                       "object": [0.3, None], "complex": [0.3 + 1j, 0.0]}),
+})
+OVERRIDES.update({
+    "relaxed_path_logit": {"beta": _one(1.0, BETA)},
+    "trained_loss.fit_step_fraction": {"beta": _one(1.0, BETA)},
+    "trained_loss.judge": {"beta": _one(1.0, BETA),
+                           "margin": _one(0.8, {"zero": 0.0, "negative": -1.0, "inf": INF,
+                                                "array": [0.8, 0.9]})},
+    # one row is a valid table of shifts (all zero)
+    "common_shift": {"logit_success": Kind(_LOGIT_TRAJ, {**_LOGIT_TRAJ_BAD,
+                                                         "no_prompts": np.zeros((3, 0)),
+                                                         "three_d": np.zeros((3, 2, 1))})},
+})
 
 
 # Result fields that do not depend on the batch of inputs (not empty for an empty batch).
@@ -381,7 +422,10 @@ def public_callables() -> dict[str, Callable[..., Any]]:
             if name in NOT_CALLABLE_WITH_INPUT or name in REGISTRY or id(obj) in seen:
                 continue
             seen.add(id(obj))
-            out[name] = obj
+            # two modules may export one name (relaxed and trained_loss: fit_step_fraction);
+            # the later one is keyed by its module, so that neither hides the other
+            key = name if name not in out else f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
+            out[key] = obj
     cal = Calibration()
     for method in CALIBRATION_METHODS:
         if hasattr(cal, method):

@@ -1,0 +1,232 @@
+"""Long GRPO runs on the addition task, with every prompt's exact PoS (chapter 8).
+
+The trainer estimates success rates from samples; the outputs of the addition
+task are short (at most ``max_new_tokens`` tokens), so the policy's whole
+output distribution can be enumerated instead
+(:meth:`~grpo_companion.rl.policies.TinyCausalTransformer.output_log_probs`).
+:func:`run_long` trains one configuration and records, without sampling noise:
+
+- the success logit of every **trained** prompt (the fixed set GRPO draws its
+  batches from, ``config.grpo_prompts``) and every **held-out** prompt, at
+  iteration 0 and every ``record_every`` iterations;
+- at every iteration ``n`` and for every prompt of that iteration's batch, the
+  total variation ``delta_n`` between the network's new policy and the tabular
+  optimum of the iteration's objective from the network's previous policy
+  (:func:`grpo_companion.theory.trained_loss.one_step_tv`), with the objective
+  of the loss trained: its KL estimator and its calibration at the group size.
+
+:func:`run_seeds` runs several seeds, in worker processes when asked.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from grpo_companion.rl.tasks import EOS, ArithmeticTask
+from grpo_companion.rl.trainer import TrainConfig, prepare_run
+from grpo_companion.theory import trained_loss
+
+__all__ = ["LongRun", "correct_columns", "exact_success", "run_long", "run_seeds"]
+
+
+@dataclass
+class LongRun:
+    """What :func:`run_long` records (see the module docstring).
+
+    Attributes
+    ----------
+    trained, held_out : prompt indices (into ``task.operands``) of the two sets.
+    operands : ``(a, b)`` of each trained and each held-out prompt, in that order.
+    steps : the recorded iterations (0, ``record_every``, ..., ``iterations``).
+    logit_trained, logit_held : exact success logits ``(len(steps), prompts)``.
+    delta, delta_pos : ``(iterations, len(trained))`` one-step distance to the tabular
+        optimum and its PoS part; NaN where the prompt was not in that iteration's batch.
+    target_logit : ``(iterations, len(trained))`` the tabular optimum's success logit.
+    clip_fraction : ``(iterations,)`` the share of sampled tokens whose ratio was clipped, over
+        the ``mu`` steps of each iteration (the trainer's ``iterations.csv`` column).
+    n_outputs : how many distinct outputs a policy can produce (all enumerated).
+    sampled_held : ``(2, len(held_out))`` the trainer's own sampled estimate of the held-out
+        PoS (``config.eval_samples`` samples each) at iteration 0 and at the last one.
+    train_seconds : wall time of the GRPO iterations (pre-training and recording excluded).
+    """
+
+    config: TrainConfig
+    trained: np.ndarray
+    held_out: np.ndarray
+    operands_trained: np.ndarray
+    operands_held: np.ndarray
+    steps: np.ndarray
+    logit_trained: np.ndarray
+    logit_held: np.ndarray
+    delta: np.ndarray
+    delta_pos: np.ndarray
+    target_logit: np.ndarray
+    sampled_held: np.ndarray
+    clip_fraction: np.ndarray
+    n_outputs: int
+    sft_loss: float
+    train_seconds: float
+    record_seconds: float
+
+
+def correct_columns(task: ArithmeticTask, idx: np.ndarray,
+                    outputs: list[tuple[int, ...]]) -> np.ndarray:
+    """The column of each prompt's one correct output (its sum's digits, then EOS)."""
+    column = {o: i for i, o in enumerate(outputs)}
+    sums = task.operands[np.asarray(idx)].sum(axis=1)
+    return np.array([column[(*(int(c) for c in str(int(s))), EOS)] for s in sums])
+
+
+def exact_success(policy: torch.nn.Module, task: ArithmeticTask, idx: np.ndarray,
+                  temperature: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(log_probs, correct, success_logit)`` of the prompts ``idx``, by enumeration.
+
+    The success logit ``log p - log(1 - p)`` takes ``log(1 - p)`` as the
+    log-sum of the failures' probabilities, so it stays exact near ``p = 1``.
+    """
+    device = next(policy.parameters()).device
+    log_probs, outputs = policy.output_log_probs(
+        task.prompts(torch.as_tensor(idx, device=device)), max_new_tokens=task.max_new_tokens,
+        temperature=temperature)
+    lp = log_probs.cpu().numpy()
+    col = correct_columns(task, idx, outputs)
+    rows = np.arange(len(idx))
+    fail = lp.copy()
+    fail[rows, col] = -np.inf
+    return lp, col, lp[rows, col] - np.logaddexp.reduce(fail, axis=1)
+
+
+class _Recorder:
+    """The exact measurements of one run, taken from the trainer's callback."""
+
+    def __init__(self, run: Any, trained: np.ndarray, record_every: int) -> None:
+        self.run, self.trained, self.record_every = run, trained, record_every
+        config = run.config
+        self.task, self.temp = run.task, config.temperature
+        self.beta, self.kl = config.beta, config.kl
+        self.cal = dataclasses.replace(config.calibration, group_size=config.group_size)
+        self.position = {int(q): i for i, q in enumerate(trained)}
+        n_iter, k = config.iterations, len(trained)
+        self.delta, self.delta_pos, self.target = (np.full((n_iter, k), np.nan) for _ in range(3))
+        self.trained_rows: list[np.ndarray] = []
+        self.held_rows: list[np.ndarray] = []
+        # the last exact success logit of each trained prompt, and the iteration it is of
+        self.cache_logit, self.cache_iter = np.zeros(k), np.full(k, -1)
+        self.seconds, self.started = 0.0, 0.0
+
+    def _exact(self, policy: torch.nn.Module, idx: np.ndarray) -> tuple[
+            np.ndarray, np.ndarray, np.ndarray]:
+        return exact_success(policy, self.task, idx, self.temp)
+
+    def record(self) -> None:
+        started = time.perf_counter()
+        self.trained_rows.append(self._exact(self.run.policy, self.trained)[2])
+        self.held_rows.append(self._exact(self.run.policy, self.task.eval_idx)[2])
+        self.seconds += time.perf_counter() - started
+
+    def start(self) -> None:
+        """After pre-training: pi_ref's distributions, and the record of iteration 0."""
+        self.previous = copy.deepcopy(self.run.policy)
+        self.ref_lp, _, self.ref_logit = self._exact(self.run.ref_policy, self.trained)
+        self.cache_logit[:], self.cache_iter[:] = self.ref_logit, 0
+        self.record()
+        self.seconds, self.started = 0.0, time.perf_counter()
+
+    def after_iteration(self, n: int) -> None:
+        """delta_n of every prompt of iteration n's batch, and the record every record_every."""
+        started = time.perf_counter()
+        chosen = self.run.chosen.cpu().numpy()
+        cols = np.array([self.position[int(q)] for q in chosen])
+        # pi_{n-1} on this batch: cached where the last iteration enumerated the prompt (always,
+        # when every trained prompt is in every batch), else from the kept copy of pi_{n-1}
+        logit_prev = self.cache_logit[cols].copy()
+        stale = self.cache_iter[cols] != n - 1
+        if stale.any():
+            logit_prev[stale] = self._exact(self.previous, chosen[stale])[2]
+        lp_new, col, logit_new = self._exact(self.run.policy, chosen)
+        self.cache_logit[cols], self.cache_iter[cols] = logit_new, n
+        goal = trained_loss.exact_step_logit(logit_prev, self.ref_logit[cols], self.beta,
+                                             estimator=self.kl, calibration=self.cal)
+        tv, pos_part = trained_loss.one_step_tv(lp_new, self.ref_lp[cols], col, goal)
+        self.delta[n - 1, cols], self.delta_pos[n - 1, cols] = tv, pos_part
+        self.target[n - 1, cols] = goal
+        self.previous = copy.deepcopy(self.run.policy)
+        self.seconds += time.perf_counter() - started
+        if n % self.record_every == 0 or n == self.run.config.iterations:
+            self.record()
+
+
+def run_long(config: TrainConfig, *, record_every: int = 10) -> LongRun:
+    """Train ``config`` (the sequence task) and record exact PoS and one-step distances."""
+    if config.task != "sequence" or config.grpo_prompts is None or config.exact:
+        raise ValueError("config must be a sampled task='sequence' run with grpo_prompts set, "
+                         f"got task={config.task!r}, grpo_prompts={config.grpo_prompts!r}, "
+                         f"exact={config.exact!r}")
+    if isinstance(record_every, bool) or not isinstance(record_every, int) or record_every < 1:
+        raise ValueError(f"record_every must be an int >= 1, got {record_every!r}")
+    config = dataclasses.replace(config, eval_every=config.iterations, progress=False)
+    prep = prepare_run(config)
+    run = prep.run_state
+    task = run.task
+    trained = task.grpo_pool(config.grpo_prompts, config.seed)
+    recorder = _Recorder(run, trained, record_every)
+    pretrain = run.pretrain
+
+    def pretrain_then_start(reference_state: dict[str, torch.Tensor] | None = None) -> None:
+        pretrain(reference_state)
+        recorder.start()
+
+    # the trainer pre-trains inside PreparedRun.run; the recorder starts right after it
+    run.pretrain = pretrain_then_start  # type: ignore[method-assign]
+    result = prep.run(recorder.after_iteration)
+    total = time.perf_counter() - recorder.started
+    n_iter = config.iterations
+    steps = np.array(sorted({0, *range(record_every, n_iter + 1, record_every), n_iter}))
+    return LongRun(
+        config=config, trained=trained, held_out=task.eval_idx,
+        operands_trained=task.operands[trained], operands_held=task.operands[task.eval_idx],
+        steps=steps, logit_trained=np.array(recorder.trained_rows),
+        logit_held=np.array(recorder.held_rows), delta=recorder.delta,
+        delta_pos=recorder.delta_pos, target_logit=recorder.target,
+        sampled_held=result.success_prob,
+        clip_fraction=np.array([row["clip_fraction"] for row in result.iteration_rows]),
+        n_outputs=int(recorder.ref_lp.shape[1]),
+        sft_loss=float(run.sft_losses[-1]) if run.sft_losses else np.nan,
+        train_seconds=total - recorder.seconds, record_seconds=recorder.seconds)
+
+
+def _one(args: tuple[TrainConfig, int]) -> LongRun:
+    config, record_every = args
+    torch.set_num_threads(1)
+    return run_long(config, record_every=record_every)
+
+
+def run_seeds(config: TrainConfig, seeds: list[int], *, record_every: int = 10,
+              workers: int = 1) -> list[LongRun]:
+    """:func:`run_long` for each seed (``workers > 1``: in that many spawned processes).
+
+    Every run uses one torch thread, in the workers and in-process alike, so
+    that on a CPU the results are bitwise the same whatever ``workers``.
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    jobs = [(dataclasses.replace(config, seed=s), record_every) for s in seeds]
+    if workers == 1 or len(jobs) == 1:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as in the workers, so that the numbers do not depend on workers
+        try:
+            return [run_long(c, record_every=r) for c, r in jobs]
+        finally:
+            torch.set_num_threads(threads)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
+        return list(pool.map(_one, jobs))

@@ -1,0 +1,390 @@
+"""The PoS recurrence of the loss a sampled run actually trains (chapter 8).
+
+The paper's recurrence (Theorem 2) describes GRPO with the exact KL penalty
+``KL(pi || pi_ref)``, each iteration solved exactly. A sampled run differs in
+three ways that chapter 7 measures on the bandit:
+
+- **the KL estimator** decides which divergence the expected gradient
+  penalises (:data:`~grpo_companion.theory.kl_estimators.ESTIMATOR_TARGETS`):
+  ``k2`` and ``k3_ratio`` the forward KL, whose one-step optimum is the Gibbs
+  tilt and whose PoS map is :func:`~grpo_companion.theory.pos_map`; plain
+  ``k3`` the reverse KL ``KL(pi_ref || pi)``, whose one-step optimum is
+  :func:`~grpo_companion.theory.kl_estimators.reverse_kl_policy` and whose
+  fixed points solve ``p (1 - p) Omega(p) = beta (p - p_ref)``;
+- **the group size** gives the expected weights of a group of ``G``
+  (``Calibration(group_size=G)``, Section 3 of the paper);
+- **mu optimiser steps** (with clipping) take a fraction of that one-step
+  optimum, which no theorem gives.
+
+So the prediction here is the *relaxed* recurrence of the trained objective,
+
+    L_n = (1 - lam) L_{n-1} + lam logit T(p_{n-1}),
+
+with ``T`` the PoS of the tabular optimum of one iteration's objective
+(:func:`exact_step`) and ``lam`` in ``(0, 1]`` fitted
+(:func:`fit_step_fraction`). For the forward KL this is chapter 8's relaxed
+recurrence (the two-KL recurrence of Theorem 9 with share ``lam`` and weight
+``beta / lam``); for every estimator its fixed points are those of ``T``,
+whatever ``lam``. Clipping enters only through ``lam``.
+
+:func:`one_step_tv` measures how far a parametric policy is from ``T``'s
+tabular optimum after one iteration: the increment of Theorem 10's
+Assumption 1, taken one step at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import optimize
+
+from ._validate import (
+    broadcast,
+    check_beta,
+    check_count,
+    check_interval,
+    check_memory,
+    check_real,
+)
+from .calibration import Calibration, resolve_calibration
+from .dynamics import pos_map_logit
+from .kl_estimators import ESTIMATOR_TARGETS, _reverse_kl_policy, reverse_kl_fixed_points
+from .logistic import sigmoid
+from .roots import fixed_points
+
+__all__ = [
+    "Verdict",
+    "common_shift",
+    "destination",
+    "exact_step_logit",
+    "fit_step_fraction",
+    "judge",
+    "one_step_tv",
+    "relaxed_path_logit",
+]
+
+#: Success logits are kept within this range: beyond it the PoS is 0 or 1 in float64 terms.
+_LOGIT_CAP = 700.0
+
+
+def _check_estimator(estimator: object) -> str:
+    known = tuple(k for k, v in ESTIMATOR_TARGETS.items() if v in ("forward", "reverse"))
+    if estimator not in known:
+        raise ValueError(f"estimator must be one of {known} (an estimator whose expected "
+                         f"gradient penalises a KL, so that there is a fixed point), "
+                         f"got {estimator!r}")
+    return str(estimator)
+
+
+def _check_logits(name: str, value: ArrayLike) -> np.ndarray:
+    x = np.asarray(check_real(name, value), dtype=np.float64)
+    return np.clip(x, -_LOGIT_CAP, _LOGIT_CAP)
+
+
+def _step(lp: np.ndarray, lr: np.ndarray, b: np.ndarray, target: str,
+          cal: Calibration) -> np.ndarray:
+    if target == "forward":
+        return pos_map_logit(lp, lr, b, calibration=cal)
+    w_plus, w_minus = cal.weights_of_logit(lp)
+    ref = np.stack([sigmoid(lr), sigmoid(-lr)], axis=-1)
+    adv = np.stack([w_plus, -w_minus], axis=-1)
+    pi = _reverse_kl_policy(ref, adv, b)
+    with np.errstate(divide="ignore"):
+        return np.log(pi[..., 0]) - np.log(pi[..., 1])
+
+
+def exact_step_logit(
+    logit_p: ArrayLike,
+    logit_p_ref: ArrayLike,
+    beta: ArrayLike,
+    *,
+    estimator: str = "k3_ratio",
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Success logit of the tabular optimum of one GRPO iteration from PoS ``sigmoid(logit_p)``.
+
+    The objective is ``E_pi[A] - beta D(pi)`` with the calibrated advantage
+    ``+w+`` / ``-w-`` at the previous PoS and ``D`` the divergence that
+    ``estimator``'s expected gradient penalises: the forward KL (Theorem 2's
+    map ``h``, in logits ``L_ref + Omega / beta``) or the reverse KL
+    (:func:`~grpo_companion.theory.kl_estimators.reverse_kl_pos`). In both
+    the failures keep ``pi_ref``'s relative probabilities, so the PoS is the
+    whole of the step.
+    """
+    target = ESTIMATOR_TARGETS[_check_estimator(estimator)]
+    lp = _check_logits("logit_p", logit_p)
+    lr = _check_logits("logit_p_ref", logit_p_ref)
+    b = check_beta(beta)
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    lp, lr, b = broadcast(logit_p=lp, logit_p_ref=lr, beta=b)
+    return np.clip(_step(lp, lr, b, target, cal), -_LOGIT_CAP, _LOGIT_CAP)
+
+
+def relaxed_path_logit(
+    logit_p_ref: ArrayLike,
+    beta: float,
+    n_steps: int,
+    step_fraction: float,
+    *,
+    estimator: str = "k3_ratio",
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Success logits ``(n_steps + 1, ...)`` of the relaxed recurrence from ``L_0 = L_ref``.
+
+    ``L_n = (1 - lam) L_{n-1} + lam logit T(p_{n-1})`` with ``T`` =
+    :func:`exact_step_logit` and ``lam = step_fraction``; ``lam = 1`` is the
+    exact recurrence of the trained objective.
+    """
+    est = _check_estimator(estimator)
+    lr = _check_logits("logit_p_ref", logit_p_ref)
+    b = float(check_real("beta", beta, 0.0, open_low=True, scalar=True))
+    steps = check_count("n_steps", n_steps)
+    lam = float(check_real("step_fraction", step_fraction, 0.0, 1.0, open_low=True,
+                           scalar=True))
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    target = ESTIMATOR_TARGETS[est]
+    check_memory("n_steps", steps, 8.0 * (steps + 1) * max(lr.size, 1), "the path")
+    out = np.empty((steps + 1, *lr.shape))
+    out[0] = current = lr
+    beta_arr = np.full(lr.shape, b)
+    for n in range(1, steps + 1):
+        step = np.clip(_step(current, lr, beta_arr, target, cal), -_LOGIT_CAP, _LOGIT_CAP)
+        current = (1 - lam) * current + lam * step
+        out[n] = current
+    return out
+
+
+def destination(
+    p_ref: ArrayLike,
+    beta: ArrayLike,
+    *,
+    estimator: str = "k3_ratio",
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """The fixed point a small-step run from ``p_ref`` settles at: the first one at or above it.
+
+    The one-step map amplifies (``T(p_ref) > p_ref``, Theorem 3 for the
+    forward KL; the reverse-KL map likewise), and small relaxed steps move
+    monotonically, so the run stops at the smallest fixed point ``>= p_ref``.
+    ``p_ref`` in {0, 1} stays (absorbing).
+    """
+    est = _check_estimator(estimator)
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    pr = np.asarray(check_real("p_ref", p_ref, 0.0, 1.0), dtype=np.float64)
+    b = check_beta(beta)
+    pr, b = broadcast(p_ref=pr, beta=b)
+    out = pr.copy()
+    flat_p, flat_b, flat_out = pr.ravel(), b.ravel(), out.reshape(-1)
+    for i, (pr_, b_) in enumerate(zip(flat_p, flat_b, strict=True)):
+        if not 0.0 < pr_ < 1.0:
+            continue
+        if ESTIMATOR_TARGETS[est] == "forward":
+            roots = np.atleast_1d(fixed_points(float(pr_), float(b_), calibration=cal))
+        else:
+            roots = np.atleast_1d(reverse_kl_fixed_points(float(pr_), float(b_),
+                                                          calibration=cal))
+        above = roots[np.isfinite(roots) & (roots >= pr_)]
+        flat_out[i] = float(above.min()) if above.size else 1.0
+    return out
+
+
+def fit_step_fraction(
+    logit_success: ArrayLike,
+    steps: ArrayLike,
+    beta: float,
+    *,
+    estimator: str = "k3_ratio",
+    bounds: tuple[float, float] = (1e-4, 1.0),
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> float:
+    """Least-squares step fraction of the relaxed recurrence, in PoS.
+
+    Parameters
+    ----------
+    logit_success : array, shape (len(steps), prompts)
+        Measured success logits at iterations ``steps``; the first row is
+        iteration 0 (each prompt's ``L_ref``), where every prediction starts.
+    steps : increasing ints starting at 0.
+    bounds : the search interval of the fraction (log scale).
+    """
+    obs = _check_logits("logit_success", logit_success)
+    at = np.asarray(steps)
+    if obs.ndim != 2 or obs.shape[0] < 2 or obs.shape[1] == 0:
+        raise ValueError(f"logit_success must have shape (len(steps) >= 2, prompts >= 1), got "
+                         f"shape {obs.shape}")
+    if (at.ndim != 1 or len(at) != obs.shape[0] or not np.issubdtype(at.dtype, np.integer)
+            or at[0] != 0 or np.any(np.diff(at) <= 0)):
+        raise ValueError(f"steps must be increasing ints starting at 0, one per row of "
+                         f"logit_success ({obs.shape[0]}), got {steps!r}")
+    low, high = check_interval("bounds", bounds, 0.0, 1.0, open_low=True)
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    check_memory("steps", int(at[-1]), 8.0 * (int(at[-1]) + 1) * obs.shape[1], "the path")
+    observed = sigmoid(obs)
+
+    def loss(log_fraction: float) -> float:
+        path = relaxed_path_logit(obs[0], beta, int(at[-1]), float(np.exp(log_fraction)),
+                                  estimator=estimator, calibration=cal)
+        return float(np.mean((sigmoid(path[at]) - observed) ** 2))
+
+    best = optimize.minimize_scalar(loss, bounds=(np.log(low), np.log(high)), method="bounded",
+                                    options={"xatol": 1e-3})
+    return float(np.exp(best.x))
+
+
+def common_shift(logit_success: ArrayLike) -> np.ndarray:
+    """A prompt-blind baseline: the mean logit change of each row from row 0.
+
+    ``logit_success`` is ``(rows, prompts)``; returns ``(rows,)``. Predicting
+    ``L_ref + shift[n]`` for every prompt says "all prompts move alike", which
+    the per-prompt recurrence must beat to show it knows more than the trend.
+    """
+    obs = _check_logits("logit_success", logit_success)
+    if obs.ndim != 2 or obs.shape[1] == 0:
+        raise ValueError(f"logit_success must have shape (rows, prompts >= 1), got shape "
+                         f"{obs.shape}")
+    return np.mean(obs - obs[:1], axis=1)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of :func:`judge` on one set of prompts of one run.
+
+    ``rmse_*`` are root-mean-square PoS errors over every recorded iteration
+    after the first and every prompt; ``ratio`` is the prediction's over the
+    better of the two baselines; ``passed`` is ``ratio <= margin``.
+    """
+
+    rmse_predicted: float
+    rmse_no_change: float
+    rmse_common_shift: float
+    ratio: float
+    passed: bool
+
+
+def judge(
+    logit_success: ArrayLike,
+    steps: ArrayLike,
+    beta: float,
+    step_fraction: float,
+    shift: ArrayLike,
+    *,
+    estimator: str = "k3_ratio",
+    margin: float = 0.8,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> Verdict:
+    """Score the relaxed recurrence from each prompt's own ``L_ref`` against two baselines.
+
+    ``logit_success`` are measured success logits ``(len(steps), prompts)``
+    (row 0: ``L_ref``); the prediction is :func:`relaxed_path_logit` with the
+    given (already fitted) ``step_fraction``. The baselines are *no change*
+    (``p_n = p_ref``) and the prompt-blind *common shift*
+    (``L_ref + shift[n]``, ``shift`` from :func:`common_shift` on fit data, one
+    entry per row). The prediction passes when its error is at most
+    ``margin`` times the better baseline's.
+    """
+    obs = _check_logits("logit_success", logit_success)
+    at = np.asarray(steps)
+    if obs.ndim != 2 or obs.shape[0] < 2 or obs.shape[1] == 0 or at.shape != obs.shape[:1]:
+        raise ValueError(f"logit_success must have shape (len(steps) >= 2, prompts >= 1), got "
+                         f"shape {obs.shape} for {at.size} steps")
+    sh = _check_logits("shift", shift)
+    if sh.shape != at.shape:
+        raise ValueError(f"shift must have one entry per step ({at.size}), got shape {sh.shape}")
+    m = float(check_real("margin", margin, 0.0, open_low=True, scalar=True))
+    if not np.issubdtype(at.dtype, np.integer) or at[0] != 0 or np.any(np.diff(at) <= 0):
+        raise ValueError(f"steps must be increasing ints starting at 0, got {steps!r}")
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    path = relaxed_path_logit(obs[0], beta, int(at[-1]), step_fraction, estimator=estimator,
+                              calibration=cal)
+    observed = sigmoid(obs)[1:]
+
+    def error(predicted: np.ndarray) -> float:
+        return float(np.sqrt(np.mean((predicted - observed) ** 2)))
+
+    predicted = error(sigmoid(path[at])[1:])
+    no_change = error(np.broadcast_to(sigmoid(obs[0]), observed.shape))
+    shifted = error(sigmoid(obs[0][None, :] + sh[1:, None]))
+    ratio = predicted / min(no_change, shifted) if min(no_change, shifted) > 0 else np.inf
+    return Verdict(predicted, no_change, shifted, float(ratio), bool(ratio <= m))
+
+
+def _check_log_distributions(name: str, value: ArrayLike) -> np.ndarray:
+    """Rows of log-probabilities: each in [-inf, 0] (no NaN), each row summing to 1."""
+    try:
+        x = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be an array of log-probabilities, got {value!r}") from err
+    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] < 2:
+        raise ValueError(f"{name} must have shape (prompts >= 1, outputs >= 2), got shape "
+                         f"{x.shape}")
+    if np.isnan(x).any() or (x > 0).any():
+        raise ValueError(f"{name} must hold log-probabilities in [-inf, 0] (no NaN)")
+    total = np.exp(np.logaddexp.reduce(x, axis=1))
+    if np.any(np.abs(total - 1.0) > 1e-6):
+        raise ValueError(f"{name} must have rows that sum to 1 as probabilities (within 1e-6), "
+                         f"got sums from {total.min():.6g} to {total.max():.6g}")
+    return x
+
+
+def one_step_tv(
+    log_probs: ArrayLike,
+    ref_log_probs: ArrayLike,
+    correct: ArrayLike,
+    logit_target: ArrayLike,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Total variation from a policy to the tabular optimum with success logit ``logit_target``.
+
+    The optimum of one iteration's objective (:func:`exact_step_logit`) puts
+    ``p* = sigmoid(logit_target)`` on the correct output and spreads ``1 - p*``
+    over the failures in ``pi_ref``'s proportions. For a policy ``pi`` on the
+    same outputs,
+
+        TV = |pi(correct) - p*| / 2 + sum_fail |pi(o) - (1 - p*) pi_ref(o | fail)| / 2.
+
+    Parameters
+    ----------
+    log_probs, ref_log_probs : arrays (prompts, outputs)
+        Log-probabilities of every output under ``pi`` and ``pi_ref``.
+    correct : ints (prompts,), the column of each prompt's correct output.
+    logit_target : (prompts,), the optimum's success logit.
+
+    Returns
+    -------
+    (tv, pos_part)
+        The distance and its first term, half the PoS error.
+    """
+    lp = _check_log_distributions("log_probs", log_probs)
+    lr = _check_log_distributions("ref_log_probs", ref_log_probs)
+    if lp.shape != lr.shape:
+        raise ValueError(f"log_probs and ref_log_probs must have one same shape (prompts, "
+                         f"outputs >= 2), got {lp.shape} and {lr.shape}")
+    col = np.asarray(correct)
+    if (col.shape != lp.shape[:1] or not np.issubdtype(col.dtype, np.integer)
+            or np.any(col < 0) or np.any(col >= lp.shape[1])):
+        raise ValueError(f"correct must hold one column index in [0, {lp.shape[1] - 1}] per "
+                         f"prompt ({lp.shape[0]}), got {correct!r}")
+    target = _check_logits("logit_target", logit_target)
+    if target.shape != lp.shape[:1]:
+        raise ValueError(f"logit_target must have shape ({lp.shape[0]},), got {target.shape}")
+    rows = np.arange(lp.shape[0])
+    is_correct = np.zeros(lp.shape, dtype=bool)
+    is_correct[rows, col] = True
+    ref_fail = np.where(is_correct, -np.inf, lr)
+    log_ref_fail_mass = np.logaddexp.reduce(ref_fail, axis=1, keepdims=True)
+    shape = np.exp(ref_fail - log_ref_fail_mass)  # pi_ref(o | fail), 0 on the correct output
+    p_star = sigmoid(target)
+    q_star = sigmoid(-target)
+    pos_part = 0.5 * np.abs(np.exp(lp[rows, col]) - p_star)
+    fail_part = 0.5 * np.sum(np.where(is_correct, 0.0, np.abs(np.exp(lp) - q_star[:, None]
+                                                                * shape)), axis=1)
+    return pos_part + fail_part, pos_part
+
+

@@ -1,0 +1,459 @@
+"""The PoS recurrence of the trained loss (chapter 8) against independent computations.
+
+Every function of :mod:`grpo_companion.theory.trained_loss` is checked against
+something it does not compute itself: Theorem 2's map and the relaxed
+recurrence of :mod:`grpo_companion.theory.relaxed` for the forward-KL
+estimators, a direct scipy maximisation of one iteration's two-outcome
+objective for both KLs, the fixed-point equations evaluated with
+``Calibration.omega``, and sums written out by hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import optimize
+
+from grpo_companion import theory
+from grpo_companion.theory import Calibration, relaxed
+from grpo_companion.theory import trained_loss as tl
+
+CAL = Calibration(group_size=16)
+FORWARD = ("k3_ratio", "k2")
+ESTIMATORS = ("k3", "k3_ratio", "k2")
+P_PREV = np.array([0.03, 0.2, 0.5, 0.8, 0.97])
+P_REF = np.array([0.1, 0.35, 0.5, 0.6, 0.9])
+
+
+# ------------------------------------------------------------------ one exact step
+def _best_pos(p_prev: float, p_ref: float, beta: float, divergence: str) -> float:
+    """argmax_p of p w+ - (1 - p) w- - beta D over two-outcome policies, by scipy."""
+    w_plus, w_minus = (float(w) for w in CAL.weights(p_prev))
+
+    def negative_objective(p: float) -> float:
+        if divergence == "reverse":  # KL(ref || pi)
+            kl = p_ref * np.log(p_ref / p) + (1 - p_ref) * np.log((1 - p_ref) / (1 - p))
+        else:  # KL(pi || ref)
+            kl = p * np.log(p / p_ref) + (1 - p) * np.log((1 - p) / (1 - p_ref))
+        return -(p * w_plus - (1 - p) * w_minus - beta * kl)
+
+    best = optimize.minimize_scalar(negative_objective, bounds=(1e-12, 1 - 1e-12),
+                                    method="bounded", options={"xatol": 1e-12, "maxiter": 2000})
+    assert best.success
+    return float(best.x)
+
+
+def _stationary_pos(p_prev: float, p_ref: float, beta: float) -> float:
+    """The zero of the reverse-KL objective's derivative: w+ + w- = beta ((1-r)/(1-p) - r/p)."""
+    w_plus, w_minus = (float(w) for w in CAL.weights(p_prev))
+    omega = w_plus + w_minus
+    return optimize.brentq(lambda p: omega - beta * ((1 - p_ref) / (1 - p) - p_ref / p),
+                           1e-15, 1 - 1e-15, xtol=1e-16, rtol=1e-15)
+
+
+@pytest.mark.parametrize("estimator", FORWARD)
+@pytest.mark.parametrize("beta", [0.25, 1.0, 4.0])
+def test_forward_step_is_theorem_2s_map(estimator, beta):
+    lp, lr = theory.logit(P_PREV), theory.logit(P_REF)
+    got = tl.exact_step_logit(lp, lr, beta, estimator=estimator, calibration=CAL)
+    np.testing.assert_allclose(got, theory.pos_map_logit(lp, lr, beta, calibration=CAL),
+                               rtol=1e-13, atol=1e-13)
+    # and written out: L_ref + Omega(p_prev) / beta, Omega = w+ + w- of a group of 16
+    w_plus, w_minus = CAL.weights(P_PREV)
+    np.testing.assert_allclose(got, lr + (w_plus + w_minus) / beta, rtol=1e-12, atol=1e-12)
+    # the calibration keywords give the same calibration
+    np.testing.assert_array_equal(got, tl.exact_step_logit(lp, lr, beta, estimator=estimator,
+                                                           group_size=16))
+
+
+@pytest.mark.parametrize("estimator", FORWARD)
+def test_forward_step_maximises_the_forward_kl_objective(estimator):
+    beta = 0.7
+    got = theory.sigmoid(tl.exact_step_logit(theory.logit(P_PREV), theory.logit(P_REF), beta,
+                                             estimator=estimator, calibration=CAL))
+    direct = [_best_pos(a, r, beta, "forward") for a, r in zip(P_PREV, P_REF, strict=True)]
+    np.testing.assert_allclose(got, direct, atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("beta", [0.2, 1.0, 5.0])
+def test_reverse_step_maximises_the_reverse_kl_objective(beta):
+    got = theory.sigmoid(tl.exact_step_logit(theory.logit(P_PREV), theory.logit(P_REF), beta,
+                                             estimator="k3", calibration=CAL))
+    direct = [_best_pos(a, r, beta, "reverse") for a, r in zip(P_PREV, P_REF, strict=True)]
+    np.testing.assert_allclose(got, direct, atol=1e-7, rtol=0)
+    stationary = [_stationary_pos(a, r, beta) for a, r in zip(P_PREV, P_REF, strict=True)]
+    np.testing.assert_allclose(got, stationary, atol=1e-12, rtol=1e-10)
+    # not the forward-KL step: the two estimators train different objectives
+    forward = theory.sigmoid(tl.exact_step_logit(theory.logit(P_PREV), theory.logit(P_REF), beta,
+                                                 estimator="k3_ratio", calibration=CAL))
+    assert np.max(np.abs(got - forward)) > 1e-3
+
+
+def test_the_exact_kl_is_a_forward_kl():
+    lp, lr = theory.logit(P_PREV), theory.logit(P_REF)
+    np.testing.assert_array_equal(
+        tl.exact_step_logit(lp, lr, 0.5, estimator="exact", calibration=CAL),
+        tl.exact_step_logit(lp, lr, 0.5, estimator="k2", calibration=CAL))
+
+
+def test_step_broadcasts_and_keeps_the_shape():
+    lp = theory.logit(P_PREV)[:, None]
+    lr = theory.logit(P_REF)[None, :]
+    beta = np.array([0.5, 2.0])[:, None, None]
+    for estimator in ESTIMATORS:
+        got = tl.exact_step_logit(lp, lr, beta, estimator=estimator, calibration=CAL)
+        assert got.shape == (2, 5, 5)
+        one = tl.exact_step_logit(lp[3, 0], lr[0, 2], 2.0, estimator=estimator, calibration=CAL)
+        assert got[1, 3, 2] == pytest.approx(float(one), rel=1e-12)
+
+
+# ------------------------------------------------------------------ relaxed path
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_fraction_one_repeats_the_exact_step(estimator):
+    lr = theory.logit(P_REF)
+    path = tl.relaxed_path_logit(lr, 0.8, 6, 1.0, estimator=estimator, calibration=CAL)
+    assert path.shape == (7, len(P_REF))
+    by_hand = [lr]
+    for _ in range(6):
+        by_hand.append(tl.exact_step_logit(by_hand[-1], lr, 0.8, estimator=estimator,
+                                           calibration=CAL))
+    np.testing.assert_allclose(path, np.array(by_hand), rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("estimator", FORWARD)
+@pytest.mark.parametrize("fraction", [0.03, 0.4, 1.0])
+def test_forward_path_is_the_relaxed_recurrence(estimator, fraction):
+    beta, n = 0.6, 25
+    path = tl.relaxed_path_logit(theory.logit(P_REF), beta, n, fraction, estimator=estimator,
+                                 calibration=CAL)
+    expected = relaxed.relaxed_iterate(P_REF, P_REF, beta, n, fraction, calibration=CAL)
+    np.testing.assert_allclose(theory.sigmoid(path), expected, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(path, theory.logit(expected), rtol=1e-8, atol=1e-9)
+
+
+@pytest.mark.parametrize("estimator", ["k3", "k3_ratio"])
+def test_reverse_path_interpolates_by_hand(estimator):
+    lr, lam, beta = theory.logit(P_REF), 0.3, 1.5
+    path = tl.relaxed_path_logit(lr, beta, 5, lam, estimator=estimator, calibration=CAL)
+    current = lr
+    for n in range(1, 6):
+        exact = tl.exact_step_logit(current, lr, beta, estimator=estimator, calibration=CAL)
+        current = (1 - lam) * current + lam * exact
+        np.testing.assert_allclose(path[n], current, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("estimator", ["k3", "k3_ratio"])
+@pytest.mark.parametrize("beta", [1.0, 3.0])
+def test_small_steps_end_at_the_destination(estimator, beta):
+    p_ref = np.array([0.05, 0.3, 0.6, 0.9])
+    goal = tl.destination(p_ref, beta, estimator=estimator, calibration=CAL)
+    slow = tl.relaxed_path_logit(theory.logit(p_ref), beta, 400, 0.1, estimator=estimator,
+                                 calibration=CAL)
+    np.testing.assert_allclose(theory.sigmoid(slow[-1]), goal, atol=1e-6, rtol=0)
+    # small steps move monotonically up from p_ref
+    assert np.all(np.diff(slow, axis=0) >= -1e-12)
+    # the same fixed point, whatever the fraction (here: a fixed point of the exact step)
+    at_goal = tl.exact_step_logit(theory.logit(goal), theory.logit(p_ref), beta,
+                                  estimator=estimator, calibration=CAL)
+    np.testing.assert_allclose(theory.sigmoid(at_goal), goal, atol=1e-9, rtol=0)
+    faster = tl.relaxed_path_logit(theory.logit(p_ref), beta, 120, 0.35, estimator=estimator,
+                                   calibration=CAL)
+    np.testing.assert_allclose(theory.sigmoid(faster[-1]), goal, atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------ destination
+def _drift(p: np.ndarray, p_ref: float, beta: float, divergence: str) -> np.ndarray:
+    """Positive where small steps move up: the fixed-point equation, by hand."""
+    omega = CAL.omega(p)
+    if divergence == "reverse":  # p (1 - p) Omega(p) - beta (p - p_ref)
+        return p * (1 - p) * omega - beta * (p - p_ref)
+    return theory.logit(p_ref) + omega / beta - theory.logit(p)  # T(L) - L
+
+
+@pytest.mark.parametrize("beta", [0.3, 1.0, 3.0])
+def test_reverse_destination_is_the_first_root_above_p_ref(beta):
+    p_ref = np.array([0.05, 0.3, 0.6, 0.9])
+    goal = tl.destination(p_ref, beta, estimator="k3", calibration=CAL)
+    assert goal.shape == p_ref.shape
+    assert np.all((goal >= p_ref) & (goal < 1))
+    residual = goal * (1 - goal) * CAL.omega(goal) - beta * (goal - p_ref)
+    np.testing.assert_allclose(residual, 0.0, atol=1e-10)
+    for pr, g in zip(p_ref, goal, strict=True):  # no root between p_ref and the destination
+        grid = np.linspace(pr, g, 2001)[:-1]
+        assert np.all(_drift(grid, pr, beta, "reverse") > 0)
+
+
+@pytest.mark.parametrize("estimator", FORWARD)
+@pytest.mark.parametrize("beta", [0.3, 1.0, 3.0])
+def test_forward_destination_is_the_smallest_fixed_point_above_p_ref(estimator, beta):
+    p_ref = np.array([0.05, 0.3, 0.6, 0.9])
+    goal = tl.destination(p_ref, beta, estimator=estimator, calibration=CAL)
+    for pr, g in zip(p_ref, goal, strict=True):
+        roots = np.atleast_1d(theory.fixed_points(pr, beta, calibration=CAL))
+        assert g == pytest.approx(roots[roots >= pr].min(), abs=1e-14)
+        # the Theorem 2 fixed-point equation, by hand
+        assert theory.logit(pr) + float(CAL.omega(g)) / beta == pytest.approx(
+            theory.logit(g), abs=1e-8)
+        grid = np.linspace(pr, g, 2001)[:-1]
+        assert np.all(_drift(grid, pr, beta, "forward") > 0)
+
+
+def test_destination_with_several_fixed_points_stops_at_the_first():
+    # the population mean_std calibration: three fixed points for these p_ref (Theorem 3)
+    cal, beta = Calibration(), 1.0
+    p_ref = np.array([0.01, 0.1, 0.2])
+    goal = tl.destination(p_ref, beta, estimator="k2", calibration=cal)
+    path = tl.relaxed_path_logit(theory.logit(p_ref), beta, 300, 0.1, estimator="k2",
+                                 calibration=cal)
+    np.testing.assert_allclose(theory.sigmoid(path[-1]), goal, atol=1e-6, rtol=0)
+    for pr, g in zip(p_ref, goal, strict=True):
+        roots = np.atleast_1d(theory.fixed_points(pr, beta, calibration=cal))
+        assert roots.size == 3 and roots[0] > pr
+        assert g == pytest.approx(roots[0], abs=1e-14) and g < 0.7
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_absorbing_references_stay(estimator):
+    got = tl.destination([0.0, 1.0, 0.4], 1.0, estimator=estimator, calibration=CAL)
+    assert got[0] == 0.0 and got[1] == 1.0 and 0.4 < got[2] < 1.0
+
+
+# ------------------------------------------------------------------ fitting
+@pytest.mark.parametrize("estimator", ["k3", "k3_ratio"])
+def test_fit_recovers_the_step_fraction(estimator):
+    p_ref = np.linspace(0.05, 0.9, 8)
+    beta, lam = 0.5, 0.03
+    steps = np.arange(0, 101, 5)
+    path = tl.relaxed_path_logit(theory.logit(p_ref), beta, 100, lam, estimator=estimator,
+                                 calibration=CAL)
+    observed = path[steps]
+    assert np.max(np.abs(theory.sigmoid(observed[-1]) - p_ref)) > 0.05  # the runs move
+    fitted = tl.fit_step_fraction(observed, steps, beta, estimator=estimator, calibration=CAL)
+    assert fitted == pytest.approx(lam, rel=0.02)
+
+
+def test_fit_uses_the_named_estimator():
+    # a forward-KL trajectory fitted as reverse-KL gives a different fraction
+    p_ref = np.linspace(0.05, 0.9, 8)
+    steps = np.arange(0, 41, 10)
+    observed = tl.relaxed_path_logit(theory.logit(p_ref), 0.5, 40, 0.1, estimator="k2",
+                                     calibration=CAL)[steps]
+    right = tl.fit_step_fraction(observed, steps, 0.5, estimator="k2", calibration=CAL)
+    assert right == pytest.approx(0.1, rel=0.02)
+    wrong = tl.fit_step_fraction(observed, steps, 0.5, estimator="k3", calibration=CAL)
+    assert abs(wrong / 0.1 - 1) > 0.05
+
+
+# ------------------------------------------------------------------ baselines and distances
+def test_common_shift_is_the_mean_logit_change():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(6, 9))
+    got = tl.common_shift(logits)
+    assert got.shape == (6,)
+    by_hand = [sum(logits[n, j] - logits[0, j] for j in range(9)) / 9 for n in range(6)]
+    np.testing.assert_allclose(got, by_hand, rtol=1e-13, atol=1e-14)
+    assert got[0] == 0.0
+
+
+def _random_log_softmax(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    x = rng.normal(scale=1.5, size=shape)
+    return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+
+
+def _target_policy(ref_log_probs: np.ndarray, correct: np.ndarray,
+                   logit_target: np.ndarray) -> np.ndarray:
+    """p* on the correct column, (1 - p*) ref / ref_fail_mass on the others, by loops."""
+    ref = np.exp(ref_log_probs)
+    out = np.empty_like(ref)
+    for i in range(ref.shape[0]):
+        p_star = 1 / (1 + np.exp(-logit_target[i]))
+        fail_mass = sum(ref[i, o] for o in range(ref.shape[1]) if o != correct[i])
+        for o in range(ref.shape[1]):
+            out[i, o] = p_star if o == correct[i] else (1 - p_star) * ref[i, o] / fail_mass
+    return out
+
+
+def test_one_step_tv_is_half_the_l1_distance():
+    rng = np.random.default_rng(11)
+    log_pi, log_ref = _random_log_softmax(rng, (4, 7)), _random_log_softmax(rng, (4, 7))
+    correct = np.array([0, 3, 6, 3])
+    target = np.array([-1.0, 0.3, 2.0, 4.5])
+    tv, pos_part = tl.one_step_tv(log_pi, log_ref, correct, target)
+    assert tv.shape == pos_part.shape == (4,)
+    star = _target_policy(log_ref, correct, target)
+    np.testing.assert_allclose(star.sum(axis=1), 1.0, rtol=1e-14)
+    pi = np.exp(log_pi)
+    by_hand = [0.5 * sum(abs(pi[i, o] - star[i, o]) for o in range(7)) for i in range(4)]
+    np.testing.assert_allclose(tv, by_hand, rtol=1e-12, atol=1e-15)
+    pos_by_hand = [0.5 * abs(pi[i, correct[i]] - star[i, correct[i]]) for i in range(4)]
+    np.testing.assert_allclose(pos_part, pos_by_hand, rtol=1e-12, atol=1e-15)
+    assert np.all(pos_part <= tv) and np.all(tv <= 1)
+
+
+def test_one_step_tv_is_zero_at_the_optimum():
+    rng = np.random.default_rng(5)
+    log_ref = _random_log_softmax(rng, (4, 7))
+    correct = np.array([2, 0, 6, 1])
+    target = np.array([0.5, -2.0, 1.0, 3.0])
+    star = _target_policy(log_ref, correct, target)
+    tv, pos_part = tl.one_step_tv(np.log(star), log_ref, correct, target)
+    np.testing.assert_allclose(tv, 0.0, atol=1e-14)
+    np.testing.assert_allclose(pos_part, 0.0, atol=1e-15)
+    # pi = pi_ref is at distance |p_ref - p*| (the failures differ only in their mass)
+    tv_ref, pos_ref = tl.one_step_tv(log_ref, log_ref, correct, target)
+    p_ref = np.exp(log_ref[np.arange(4), correct])
+    np.testing.assert_allclose(tv_ref, np.abs(p_ref - theory.sigmoid(target)), rtol=1e-12)
+    np.testing.assert_allclose(pos_ref, 0.5 * np.abs(p_ref - theory.sigmoid(target)),
+                               rtol=1e-12)
+
+
+def test_one_step_tv_takes_a_negligible_output():
+    # log-probability -1e4: an output of probability 0 to double precision
+    log_ref = np.log(np.array([[0.5, 0.3, 0.2, 1.0]]))
+    log_ref[0, 3] = -1e4
+    log_pi = np.log(np.array([[0.6, 0.1, 0.1, 0.2]]))
+    tv, pos_part = tl.one_step_tv(log_pi, log_ref, np.array([0]), np.array([0.0]))
+    # p* = 0.5; the failures get 0.5 * (0.6, 0.4, 0)
+    assert float(tv[0]) == pytest.approx(0.5 * (0.1 + 0.2 + 0.1 + 0.2), abs=1e-15)
+    assert float(pos_part[0]) == pytest.approx(0.05, abs=1e-15)
+
+
+# ------------------------------------------------------------------ bad input
+def _callers(estimator: object) -> list:
+    lr = theory.logit(P_REF)
+    steps = np.arange(3)
+    obs = np.tile(lr, (3, 1))
+    return [
+        lambda: tl.exact_step_logit(lr, lr, 1.0, estimator=estimator),
+        lambda: tl.relaxed_path_logit(lr, 1.0, 3, 0.5, estimator=estimator),
+        lambda: tl.destination(P_REF, 1.0, estimator=estimator),
+        lambda: tl.fit_step_fraction(obs, steps, 1.0, estimator=estimator),
+    ]
+
+
+@pytest.mark.parametrize("estimator", ["k1", "bogus", "K3", None, 3])
+def test_estimators_without_a_fixed_point_are_refused(estimator):
+    for call in _callers(estimator):
+        with pytest.raises(ValueError, match="estimator must be one of"):
+            call()
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.5, -0.1, float("nan")])
+def test_bad_step_fraction_is_refused(fraction):
+    with pytest.raises(ValueError, match="step_fraction"):
+        tl.relaxed_path_logit(0.0, 1.0, 3, fraction)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: tl.exact_step_logit(np.nan, 0.0, 1.0),
+    lambda: tl.exact_step_logit([0.0, np.nan], 0.0, 1.0),
+    lambda: tl.exact_step_logit(0.0, np.nan, 1.0),
+    lambda: tl.relaxed_path_logit([0.0, np.nan], 1.0, 3, 0.5),
+    lambda: tl.common_shift([[0.0, 1.0], [np.nan, 1.0]]),
+    lambda: tl.fit_step_fraction([[0.0, 1.0], [np.nan, 1.0]], [0, 1], 1.0),
+    lambda: tl.one_step_tv(np.log([[0.5, 0.5]]), np.log([[0.5, 0.5]]), [0], [np.nan]),
+], ids=["logit_p", "logit_p_array", "logit_p_ref", "path", "common_shift", "fit", "tv"])
+def test_nan_logits_are_refused(call):
+    with pytest.raises(ValueError, match=r"logit_p\b|logit_p_ref|logit_success|logit_target"):
+        call()
+
+
+def test_bad_beta_and_p_ref_are_refused():
+    with pytest.raises(ValueError, match="beta"):
+        tl.exact_step_logit(0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="beta"):
+        tl.relaxed_path_logit(0.0, -1.0, 3, 0.5)
+    with pytest.raises(ValueError, match="p_ref"):
+        tl.destination(1.5, 1.0)
+    with pytest.raises(ValueError, match="n_steps"):
+        tl.relaxed_path_logit(0.0, 1.0, 2.5, 0.5)
+
+
+HALF = np.log([[0.5, 0.5], [0.25, 0.75]])
+
+
+@pytest.mark.parametrize(("args", "name"), [
+    ((HALF, HALF[:1], [0, 1], [0.0, 0.0]), "log_probs"),
+    ((HALF[0], HALF[0], [0], [0.0]), "log_probs"),
+    ((HALF[:, :1], HALF[:, :1], [0, 0], [0.0, 0.0]), "log_probs"),
+    ((-HALF, HALF, [0, 1], [0.0, 0.0]), "log_probs"),
+    ((HALF, -HALF, [0, 1], [0.0, 0.0]), "ref_log_probs"),
+    ((HALF, HALF, [0, 2], [0.0, 0.0]), "correct"),
+    ((HALF, HALF, [-1, 0], [0.0, 0.0]), "correct"),
+    ((HALF, HALF, [0.0, 1.0], [0.0, 0.0]), "correct"),
+    ((HALF, HALF, [0], [0.0, 0.0]), "correct"),
+    ((HALF, HALF, [0, 1], [0.0]), "logit_target"),
+])
+def test_one_step_tv_refuses_bad_shapes(args, name):
+    with pytest.raises(ValueError, match=name):
+        tl.one_step_tv(*args)
+
+
+@pytest.mark.parametrize(("steps", "obs_rows"), [
+    ([1, 2, 3], 3), ([0, 2, 1], 3), ([0, 1], 3), ([0.0, 1.0, 2.0], 3), ([[0, 1, 2]], 3),
+])
+def test_fit_refuses_bad_steps(steps, obs_rows):
+    obs = np.zeros((obs_rows, 2))
+    with pytest.raises(ValueError, match="steps must be increasing ints starting at 0"):
+        tl.fit_step_fraction(obs, steps, 1.0)
+
+
+@pytest.mark.parametrize("obs", [np.zeros(3), np.zeros((1, 2)), np.zeros((3, 0))])
+def test_fit_refuses_bad_trajectories(obs):
+    with pytest.raises(ValueError, match="logit_success must have shape"):
+        tl.fit_step_fraction(obs, np.arange(len(obs)), 1.0)
+
+
+def test_common_shift_refuses_bad_shapes():
+    for obs in (np.zeros(3), np.zeros((2, 0)), np.zeros((2, 2, 2))):
+        with pytest.raises(ValueError, match="logit_success must have shape"):
+            tl.common_shift(obs)
+
+
+# ---------------------------------------------------------------- judge (the pre-stated test)
+def _synthetic(lam: float, n_prompts: int, seed: int,
+               noise: float) -> tuple[np.ndarray, np.ndarray]:
+    cal = Calibration(group_size=16)
+    rng = np.random.default_rng(seed)
+    l_ref = rng.normal(0.0, 2.0, n_prompts)
+    steps = np.arange(0, 101, 10)
+    path = tl.relaxed_path_logit(l_ref, 0.1, 100, lam, estimator="k3", calibration=cal)[steps]
+    return path + noise * rng.normal(size=path.shape) * (steps[:, None] > 0), steps
+
+
+def test_judge_passes_trajectories_that_follow_the_recurrence():
+    cal = Calibration(group_size=16)
+    fit, steps = _synthetic(0.05, 32, 0, 0.05)
+    lam = tl.fit_step_fraction(fit, steps, 0.1, estimator="k3", calibration=cal)
+    shift = tl.common_shift(fit)
+    judged, _ = _synthetic(0.05, 32, 1, 0.05)
+    verdict = tl.judge(judged, steps, 0.1, lam, shift, estimator="k3", calibration=cal)
+    assert verdict.passed and verdict.ratio < 0.5
+    assert verdict.rmse_predicted < verdict.rmse_no_change
+    assert verdict.rmse_predicted < verdict.rmse_common_shift
+
+
+def test_judge_fails_trajectories_that_do_not():
+    """The check can fail: prompts that move by a common logit shift, not by the recurrence."""
+    cal = Calibration(group_size=16)
+    fit, steps = _synthetic(0.05, 32, 0, 0.0)
+    shift = tl.common_shift(fit)
+    lam = tl.fit_step_fraction(fit, steps, 0.1, estimator="k3", calibration=cal)
+    rng = np.random.default_rng(2)
+    l_ref = rng.normal(0.0, 2.0, 32)
+    prompt_blind = l_ref[None, :] + shift[:, None]
+    verdict = tl.judge(prompt_blind, steps, 0.1, lam, shift, estimator="k3", calibration=cal)
+    assert not verdict.passed and verdict.rmse_common_shift == pytest.approx(0.0, abs=1e-12)
+    frozen = np.broadcast_to(l_ref, prompt_blind.shape)
+    verdict = tl.judge(frozen, steps, 0.1, lam, shift, estimator="k3", calibration=cal)
+    assert not verdict.passed and verdict.rmse_no_change == 0.0
+
+
+def test_judge_margin_decides():
+    cal = Calibration(group_size=16)
+    fit, steps = _synthetic(0.05, 16, 0, 0.3)
+    lam = tl.fit_step_fraction(fit, steps, 0.1, estimator="k3", calibration=cal)
+    shift = tl.common_shift(fit)
+    strict = tl.judge(fit, steps, 0.1, lam, shift, estimator="k3", margin=1e-6, calibration=cal)
+    loose = tl.judge(fit, steps, 0.1, lam, shift, estimator="k3", margin=10.0, calibration=cal)
+    assert strict.ratio == loose.ratio and not strict.passed and loose.passed
