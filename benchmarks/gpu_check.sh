@@ -40,15 +40,19 @@ start=$(date +%s.%N)
   || { tail -20 "$out/chapter.log" >&2; exit 1; }
 end=$(date +%s.%N)
 "$py" - "$out/08_tiny_lm.ipynb" "$start" "$end" <<'PY'
-import json, sys
+import ast, json, sys
 import nbformat
 nb = nbformat.read(sys.argv[1], as_version=4)
 glued = {}
 for cell in nb.cells:
     for output in cell.get("outputs", []):
-        name = output.get("metadata", {}).get("scrapbook", {}).get("name", "")
-        if name.startswith("ch08_") and "text/plain" in output.get("data", {}):
-            glued[name] = output["data"]["text/plain"]
+        scrap = output.get("metadata", {}).get("scrapbook", {})
+        key = scrap.get("mime_prefix", "") + "text/plain"
+        if scrap.get("name", "").startswith("ch08_") and key in output.get("data", {}):
+            try:
+                glued[scrap["name"]] = ast.literal_eval(output["data"][key])
+            except (ValueError, SyntaxError):
+                glued[scrap["name"]] = output["data"][key]
 keep = ("ch08_device", "ch08_n_trained", "ch08_n_held", "ch08_iterations", "ch08_seeds",
         "ch08_train_s_per_iter", "ch08_elapsed", "ch08_pass_trained", "ch08_pass_held",
         "ch08_gain_held", "ch08_gain_held_se")

@@ -9,6 +9,8 @@ loss into your own loop):
 - :mod:`~grpo_companion.rl.policies`: tabular softmax and tiny transformer;
 - :mod:`~grpo_companion.rl.trainer`: ``TrainConfig`` and ``train`` (Algorithm 1
   and its exact version);
+- :mod:`~grpo_companion.rl.long_run`: long runs of the addition task with every
+  prompt's exact success probability and Theorem 10's one-step distances (chapter 8);
 - :mod:`~grpo_companion.rl.config`: how each ``TrainConfig`` field is declared
   once (help, valid values, TRL name), and the validation, command line and
   TRL name table generated from those declarations;

@@ -20,7 +20,7 @@ Chapter modules (each serves one chapter or page; import them by module name):
 ``group_sampling`` (ch. 6 Monte Carlo; its ``group_advantages`` is exported),
 ``table1``, ``bifurcation`` and ``beta_sweep`` (ch. 5), ``amplification``
 (ch. 4), ``surrogate`` and ``kl_estimators`` (ch. 7), ``relaxed`` and
-``held_out`` (ch. 8), ``parametric`` (ch. 9), ``contraction``, ``staged`` and
+``trained_loss`` (ch. 8), ``parametric`` (ch. 9), ``contraction``, ``staged`` and
 ``numerical`` (claims ledger and errata).
 """
 

@@ -5,7 +5,7 @@ The paper's recurrence (Theorem 2) describes GRPO with the exact KL penalty
 three ways that chapter 7 measures on the bandit:
 
 - **the KL estimator** decides which divergence the expected gradient
-  penalises (:data:`~grpo_companion.theory.kl_estimators.ESTIMATOR_TARGETS`):
+  penalises (``kl_estimators.ESTIMATOR_TARGETS``):
   ``k2`` and ``k3_ratio`` the forward KL, whose one-step optimum is the Gibbs
   tilt and whose PoS map is :func:`~grpo_companion.theory.pos_map`; plain
   ``k3`` the reverse KL ``KL(pi_ref || pi)``, whose one-step optimum is
@@ -48,6 +48,7 @@ from ._validate import (
     check_interval,
     check_memory,
     check_real,
+    check_seed,
 )
 from .calibration import Calibration, resolve_calibration
 from .dynamics import pos_map_logit
@@ -64,6 +65,7 @@ __all__ = [
     "judge",
     "one_step_tv",
     "relaxed_path_logit",
+    "split_prompts",
 ]
 
 #: Success logits are kept within this range: beyond it the PoS is 0 or 1 in float64 terms.
@@ -192,6 +194,17 @@ def destination(
         above = roots[np.isfinite(roots) & (roots >= pr_)]
         flat_out[i] = float(above.min()) if above.size else 1.0
     return out
+
+
+def split_prompts(n_prompts: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A random split of ``range(n_prompts)`` into fit and judge halves, each sorted.
+
+    The fit half gets ``n_prompts // 2`` indices (a ``numpy.random.default_rng(seed)``
+    permutation); it is used only to fit, the other half only to judge.
+    """
+    n = check_count("n_prompts", n_prompts, 2)
+    order = np.random.default_rng(check_seed("seed", seed)).permutation(n)
+    return np.sort(order[: n // 2]), np.sort(order[n // 2:])
 
 
 def fit_step_fraction(

@@ -383,3 +383,16 @@ def test_run_long_refuses_other_runs(config):
 def test_run_seeds_refuses_bad_workers(workers):
     with pytest.raises(ValueError, match="workers must be an int >= 1"):
         long_run.run_seeds(TINY, [0], workers=workers)
+
+
+def test_run_long_keeps_the_trainers_own_numbers(long):
+    """Clip fractions of every iteration, the sampled held-out PoS, and the output count."""
+    config = long.config
+    assert long.clip_fraction.shape == (config.iterations,)
+    assert np.all((long.clip_fraction >= 0) & (long.clip_fraction <= 1))
+    assert long.sampled_held.shape == (2, config.n_eval_prompts)
+    # the trainer's eval_samples-sample estimates are multiples of 1 / eval_samples
+    np.testing.assert_allclose(long.sampled_held * config.eval_samples,
+                               np.round(long.sampled_held * config.eval_samples), atol=1e-9)
+    vocab_but_eos = 14  # 15 tokens, EOS excluded
+    assert long.n_outputs == 1 + vocab_but_eos + vocab_but_eos**2 + vocab_but_eos**3

@@ -274,7 +274,7 @@ NOT_CALLABLE_WITH_INPUT = {
 # refusals (a taken name, a failing, negative, infinite or batch-level gains function).
 REGISTRY = {"register_normalization", "unregister_normalization", "sympy_ops",
             "calibration_named"}
-# --- chapter modules theory.parametric (ch. 9), theory.held_out (ch. 8), theory.beta_sweep (ch. 5)
+# --- chapter modules theory.parametric (ch. 9), theory.beta_sweep (ch. 5)
 def _parametric_fixtures() -> dict[str, Any]:
     from grpo_companion.theory import parametric
 
@@ -343,9 +343,6 @@ OVERRIDES.update({
     "projection_error": {"policy": _POLICY_KIND},
     "parametric_grpo": {"policy": _POLICY_KIND},
     "measure_gap": {"policy": _POLICY_KIND},
-    "predict": {"beta": _one(1.0, BETA), "alpha": _one(1.0, ALPHA)},
-    "fit_step_fraction_on": {"beta": _one(1.0, BETA), "alpha": _one(1.0, ALPHA)},
-    "judge": {"beta": _one(1.0, BETA), "alpha": _one(1.0, ALPHA)},
     "split_prompts": {"n_prompts": _count(4, 2)},
     "sweep_beta": {"p_ref": _one(0.2, PROB_OPEN), "alpha": _one(1.0, ALPHA)},
     "error_decomposition": {"beta": _one(1.0, BETA)},
@@ -358,7 +355,7 @@ EXTRA_VALID.update({
     "error_decomposition": {"exact_probs": _PF["exact"]},
 })
 NOT_CALLABLE_WITH_INPUT |= {"ParametricRun", "GapReport", "ErrorDecomposition", "GapMeasurement",
-                            "Judgement", "BeforeAfter", "BetaSweep", "Verdict"}
+                            "BetaSweep", "Verdict"}
 
 # --- theory.trained_loss (ch. 8): the recurrence of the loss a sampled run trains.
 # Trajectories are (len(steps), prompts) logits; one_step_tv's arrays are coupled by
@@ -392,9 +389,9 @@ KINDS.update({
 OVERRIDES.update({
     "relaxed_path_logit": {"beta": _one(1.0, BETA)},
     "trained_loss.fit_step_fraction": {"beta": _one(1.0, BETA)},
-    "trained_loss.judge": {"beta": _one(1.0, BETA),
-                           "margin": _one(0.8, {"zero": 0.0, "negative": -1.0, "inf": INF,
-                                                "array": [0.8, 0.9]})},
+    "judge": {"beta": _one(1.0, BETA),
+              "margin": _one(0.8, {"zero": 0.0, "negative": -1.0, "inf": INF,
+                                   "array": [0.8, 0.9]})},
     # one row is a valid table of shifts (all zero)
     "common_shift": {"logit_success": Kind(_LOGIT_TRAJ, {**_LOGIT_TRAJ_BAD,
                                                          "no_prompts": np.zeros((3, 0)),

@@ -457,3 +457,13 @@ def test_judge_margin_decides():
     strict = tl.judge(fit, steps, 0.1, lam, shift, estimator="k3", margin=1e-6, calibration=cal)
     loose = tl.judge(fit, steps, 0.1, lam, shift, estimator="k3", margin=10.0, calibration=cal)
     assert strict.ratio == loose.ratio and not strict.passed and loose.passed
+
+
+def test_split_prompts_is_a_seeded_partition_into_halves():
+    fit, judge_half = tl.split_prompts(11, seed=4)
+    assert len(fit) == 5 and len(judge_half) == 6
+    np.testing.assert_array_equal(np.sort(np.concatenate([fit, judge_half])), np.arange(11))
+    np.testing.assert_array_equal(tl.split_prompts(11, seed=4)[0], fit)
+    assert not np.array_equal(tl.split_prompts(11, seed=5)[0], fit)
+    with pytest.raises(ValueError, match="n_prompts"):
+        tl.split_prompts(1)
