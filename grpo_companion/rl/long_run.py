@@ -122,6 +122,9 @@ class _Recorder:
         # the last exact success logit of each trained prompt, and the iteration it is of
         self.cache_logit, self.cache_iter = np.zeros(k), np.full(k, -1)
         self.seconds, self.started = 0.0, 0.0
+        # a copy of pi_{n-1} is needed only for prompts the last batch did not enumerate
+        batch = config.prompts_per_iteration or min(64, k)
+        self.keep_previous = batch < k
 
     def _exact(self, policy: torch.nn.Module, idx: np.ndarray) -> tuple[
             np.ndarray, np.ndarray, np.ndarray]:
@@ -159,7 +162,8 @@ class _Recorder:
         tv, pos_part = trained_loss.one_step_tv(lp_new, self.ref_lp[cols], col, goal)
         self.delta[n - 1, cols], self.delta_pos[n - 1, cols] = tv, pos_part
         self.target[n - 1, cols] = goal
-        self.previous = copy.deepcopy(self.run.policy)
+        if self.keep_previous:
+            self.previous = copy.deepcopy(self.run.policy)
         self.seconds += time.perf_counter() - started
         if n % self.record_every == 0 or n == self.run.config.iterations:
             self.record()

@@ -199,7 +199,7 @@ class ArithmeticTask:
     def grpo_pool(self, count: int | None, seed: int) -> np.ndarray:
         """The training prompts GRPO draws from: ``count`` of them (None: all), sorted.
 
-        The first ``count`` of a shuffle of :attr:`train_idx` seeded by
+        The first ``count`` of a shuffle of ``train_idx`` seeded by
         ``seed``, so a run and its analysis agree on the set.
         """
         if count is None:

@@ -21,7 +21,7 @@ So the prediction here is the *relaxed* recurrence of the trained objective,
     L_n = (1 - lam) L_{n-1} + lam logit T(p_{n-1}),
 
 with ``T`` the PoS of the tabular optimum of one iteration's objective
-(:func:`exact_step`) and ``lam`` in ``(0, 1]`` fitted
+(:func:`exact_step_logit`) and ``lam`` in ``(0, 1]`` fitted
 (:func:`fit_step_fraction`). For the forward KL this is chapter 8's relaxed
 recurrence (the two-KL recurrence of Theorem 9 with share ``lam`` and weight
 ``beta / lam``); for every estimator its fixed points are those of ``T``,
@@ -358,9 +358,9 @@ def one_step_tv(
     The optimum of one iteration's objective (:func:`exact_step_logit`) puts
     ``p* = sigmoid(logit_target)`` on the correct output and spreads ``1 - p*``
     over the failures in ``pi_ref``'s proportions. For a policy ``pi`` on the
-    same outputs,
+    same outputs::
 
-        TV = |pi(correct) - p*| / 2 + sum_fail |pi(o) - (1 - p*) pi_ref(o | fail)| / 2.
+        TV = |pi(correct) - p*| / 2 + sum_fail |pi(o) - (1 - p*) pi_ref(o | fail)| / 2
 
     Parameters
     ----------
