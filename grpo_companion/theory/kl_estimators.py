@@ -281,11 +281,15 @@ def reverse_kl_fixed_points(
         var = np.exp(_log_bernoulli_variance(x))
         return cal.omega_of_logit(x) / b_ - (sigmoid(x) - pr_) / var
 
+    # the grid's Omega and p (1 - p) do not depend on p_ref or beta: computed once
+    grid_omega = cal.omega_of_logit(grid)
+    grid_var = np.exp(_log_bernoulli_variance(grid))
+    grid_p = sigmoid(grid)
     rows = []
     for pr_, b_ in zip(pr.ravel(), b.ravel(), strict=True):
         roots: list[float] = []
         if 0.0 < pr_ < 1.0:
-            sign = np.sign(scaled(grid, float(pr_), float(b_)))
+            sign = np.sign(grid_omega / float(b_) - (grid_p - float(pr_)) / grid_var)
             for i in np.flatnonzero(sign[:-1] * sign[1:] < 0):
                 x = optimize.brentq(lambda z, a=float(pr_), c=float(b_): float(scaled(z, a, c)),
                                     grid[i], grid[i + 1], xtol=1e-13,

@@ -182,17 +182,18 @@ def destination(
     b = check_beta(beta)
     pr, b = broadcast(p_ref=pr, beta=b)
     out = pr.copy()
-    flat_p, flat_b, flat_out = pr.ravel(), b.ravel(), out.reshape(-1)
-    for i, (pr_, b_) in enumerate(zip(flat_p, flat_b, strict=True)):
-        if not 0.0 < pr_ < 1.0:
-            continue
-        if ESTIMATOR_TARGETS[est] == "forward":
-            roots = np.atleast_1d(fixed_points(float(pr_), float(b_), calibration=cal))
-        else:
-            roots = np.atleast_1d(reverse_kl_fixed_points(float(pr_), float(b_),
-                                                          calibration=cal))
-        above = roots[np.isfinite(roots) & (roots >= pr_)]
-        flat_out[i] = float(above.min()) if above.size else 1.0
+    live = (pr > 0.0) & (pr < 1.0)
+    if not live.any():
+        return out
+    if ESTIMATOR_TARGETS[est] == "forward":
+        roots = np.asarray(fixed_points(pr[live], b[live], calibration=cal), dtype=np.float64)
+    else:
+        roots = np.asarray(reverse_kl_fixed_points(pr[live], b[live], calibration=cal),
+                           dtype=np.float64)
+    roots = roots.reshape(int(live.sum()), -1)
+    above = np.where(np.isfinite(roots) & (roots >= pr[live][:, None]), roots, np.inf)
+    first = above.min(axis=1)
+    out[live] = np.where(np.isfinite(first), first, 1.0)
     return out
 
 
