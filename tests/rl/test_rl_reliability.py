@@ -379,6 +379,8 @@ def test_signals_during_resume_give_identical_files(tmp_path):
         process.send_signal(sig)
         code = process.wait(timeout=60)
         err = process.stderr.read()
+        if code == 0 and json.loads((cut / "run.json").read_text())["status"] == "complete":
+            break  # on a loaded machine the run can end between the checkpoint and the signal
         if sig != signal.SIGKILL:  # SIGKILL cannot be seen; the others are recorded
             assert code == {signal.SIGINT: 130, signal.SIGTERM: 143}[sig], err
             _one_line_error(err)
