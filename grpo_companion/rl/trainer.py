@@ -1178,8 +1178,14 @@ class PreparedRun:
             self.run_state.load(self.checkpoint, out / CHECKPOINT)
             self.run_state.load_history(self.checkpoint, self.history, out / CHECKPOINT)
 
-    def run(self, callback: Callable[[int], None] | None = None) -> TrainResult:
-        """Train (see :func:`train`)."""
+    def run(self, callback: Callable[[int], None] | None = None,
+            on_start: Callable[[], None] | None = None) -> TrainResult:
+        """Train (see :func:`train`).
+
+        ``on_start`` is called once, after the pre-training and the evaluation
+        of iteration 0 and before the first GRPO iteration (not on resume):
+        where ``run_state`` holds pi_ref and the policy is still equal to it.
+        """
         config, out, run = self.config, self.out, self.run_state
         started = time.time()
         record: dict[str, Any] = {"config": config.to_dict(), "seed": config.seed,
@@ -1200,6 +1206,8 @@ class PreparedRun:
                 if self.history is not None:
                     self.history.start()
                     self.history.append(_last_metrics(run), None)
+                if on_start is not None:
+                    on_start()
             result = self._loop(callback)
             if out is not None:
                 _write_outputs(run, result, out)

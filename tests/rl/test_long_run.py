@@ -396,3 +396,21 @@ def test_run_long_keeps_the_trainers_own_numbers(long):
                                np.round(long.sampled_held * config.eval_samples), atol=1e-9)
     vocab_but_eos = 14  # 15 tokens, EOS excluded
     assert long.n_outputs == 1 + vocab_but_eos + vocab_but_eos**2 + vocab_but_eos**3
+
+
+def test_on_start_runs_once_after_pretraining_and_before_the_first_iteration():
+    from grpo_companion.rl.trainer import prepare_run
+
+    prep = prepare_run(TINY)
+    events: list[object] = []
+
+    def on_start() -> None:
+        run = prep.run_state
+        pairs = zip(run.policy.state_dict().values(), run.ref_policy.state_dict().values(),
+                    strict=True)
+        same = all(torch.equal(a, b) for a, b in pairs)
+        events.append(("start", run.iteration, same, len(run.sft_losses)))
+
+    prep.run(lambda n: events.append(n), on_start=on_start)
+    assert events[0] == ("start", 0, True, TINY.sft_steps)
+    assert events[1:] == list(range(1, TINY.iterations + 1))
