@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import optimize
+from scipy import optimize, special
 
 from ._validate import (
     broadcast,
@@ -402,3 +402,137 @@ def one_step_tv(
     return pos_part + fail_part, pos_part
 
 
+
+
+# --- the exact optimum of one round of the sampled loss (pi_old fixed) --------------------------
+
+#: Estimators whose round objective has a maximiser (k1's does not: it rewards log pi -> -inf at
+#: pi_old's samples, so one round solved exactly drives the sampled outputs' probability to 0).
+ROUND_ESTIMATORS = ("exact", "k2", "k3", "k3_ratio")
+#: Local maxima of the round objective kept per prompt (the k3 objective has at most two).
+_MAX_MAXIMA = 4
+
+
+def _round_parts(lq: np.ndarray, lp: np.ndarray, lr: np.ndarray, b: np.ndarray,
+                 omega: np.ndarray, estimator: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(J, F)`` of the two-outcome round objective at success logit ``lq``.
+
+    ``J(q) = q Omega - beta K(q)`` (up to a constant) with ``K`` the penalty's
+    expectation under pi_old, and ``F = dJ/dq`` (whose sign is that of
+    ``dJ/dL``). ``p = sigmoid(lp)`` is pi_old's PoS, ``r = sigmoid(lr)`` pi_ref's.
+    """
+    log_q, log_1q = -np.logaddexp(0.0, -lq), -np.logaddexp(0.0, lq)
+    log_r, log_1r = -np.logaddexp(0.0, -lr), -np.logaddexp(0.0, lr)
+    p, q = special.expit(lp), special.expit(lq)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if estimator == "k3":
+            # K = p (r/q + log q) + (1-p) ((1-r)/(1-q) + log(1-q)) + const
+            r_over_q, s_over_1q = np.exp(log_r - log_q), np.exp(log_1r - log_1q)
+            k = p * (r_over_q + log_q) + (1 - p) * (s_over_1q + log_1q)
+            dk = p * (1 - r_over_q) / q - (1 - p) * (1 - s_over_1q) / special.expit(-lq)
+        else:  # k2: K = p (log q - log r)^2 / 2 + (1-p) (log(1-q) - log(1-r))^2 / 2
+            k = 0.5 * p * (log_q - log_r) ** 2 + 0.5 * (1 - p) * (log_1q - log_1r) ** 2
+            dk = p * (log_q - log_r) / q - (1 - p) * (log_1q - log_1r) / special.expit(-lq)
+    return q * omega - b * k, omega - b * dk
+
+
+def _round_step(lp: np.ndarray, lr: np.ndarray, b: np.ndarray, estimator: str,
+                cal: Calibration, grid: int = 768, bisections: int = 80) -> np.ndarray:
+    """Vectorised maximiser of the round objective, in logits (see :func:`round_step_logit`)."""
+    omega = cal.omega_of_logit(lp)
+    if estimator in ("exact", "k3_ratio"):  # the penalty is KL(pi || pi_ref): Theorem 2's tilt
+        return lr + omega / b
+    shape_out = np.broadcast_shapes(np.shape(lp), np.shape(lr), np.shape(b))
+    lp, lr, b, omega = (np.asarray(a, dtype=np.float64).ravel()
+                        for a in np.broadcast_arrays(lp, lr, b, omega))
+    # a bracket [lo, hi] with F(lo) > 0 > F(hi): F -> +inf as q -> 0 and -inf as q -> 1
+    lo, hi = np.minimum(lp, lr) - 1.0, np.maximum(lp, lr) + 1.0
+    width = np.ones_like(lo)
+    for _ in range(12):
+        bad = _round_parts(lo, lp, lr, b, omega, estimator)[1] <= 0
+        lo = np.where(bad, np.maximum(lo - width, -_LOGIT_CAP), lo)
+        bad_hi = _round_parts(hi, lp, lr, b, omega, estimator)[1] >= 0
+        hi = np.where(bad_hi, np.minimum(hi + width, _LOGIT_CAP), hi)
+        if not (bad.any() or bad_hi.any()):
+            break
+        width = width * 4.0
+    # every local maximum is a + to - sign change of F on a grid fine enough to separate them,
+    # with extra points where F can turn fast (just above L_ref and around L_old)
+    t = np.linspace(0.0, 1.0, grid)
+    near = np.concatenate([-np.geomspace(8.0, 1e-6, 24), [0.0], np.geomspace(1e-6, 8.0, 24)])
+    pts = np.concatenate([lo[:, None] + (hi - lo)[:, None] * t, lr[:, None] + near,
+                          lp[:, None] + near], axis=1)
+    pts = np.sort(np.clip(pts, lo[:, None], hi[:, None]), axis=1)
+    args = (lp[:, None], lr[:, None], b[:, None], omega[:, None], estimator)
+    f = _round_parts(pts, *args)[1]
+    change = (f[:, :-1] > 0) & (f[:, 1:] <= 0)
+    # at most _MAX_MAXIMA local maxima per row (J is a sum of a few convex/concave pieces)
+    slots = min(_MAX_MAXIMA, change.shape[1])
+    cell = np.argsort(~change, axis=1, kind="stable")[:, :slots]
+    live = np.take_along_axis(change, cell, axis=1)
+    a = np.take_along_axis(pts, cell, axis=1)
+    c = np.take_along_axis(pts, cell + 1, axis=1)
+    args = (lp[:, None], lr[:, None], b[:, None], omega[:, None], estimator)
+    for _ in range(bisections):  # each bracket halves; 80 halvings of <= 1400 reach float64
+        mid = 0.5 * (a + c)
+        pos = _round_parts(mid, *args)[1] > 0
+        a, c = np.where(pos, mid, a), np.where(pos, c, mid)
+    root = 0.5 * (a + c)
+    value = np.where(live, _round_parts(root, *args)[0], -np.inf)
+    out = root[np.arange(len(lp)), np.argmax(value, axis=1)]
+    return out.reshape(shape_out)
+
+
+def round_step_logit(
+    logit_p: ArrayLike,
+    logit_p_ref: ArrayLike,
+    beta: ArrayLike,
+    *,
+    estimator: str = "k3",
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Success logit of the exact optimum of one round of the sampled GRPO loss.
+
+    Within a round the outputs are drawn from ``pi_old`` (PoS ``p =
+    sigmoid(logit_p)``), so the expected per-sample penalty is
+    ``K(pi) = E_{o ~ pi_old}[k(o)]`` with ``k`` the estimator
+    (:func:`grpo_companion.rl.losses.kl_penalty`); with the group weights
+    ``+w+`` / ``-w-`` of ``p`` and no clipping, the round maximises, over the
+    tabular policy ``pi``,
+
+        J(pi) = pi(S) w+ - pi(F) w- - beta K(pi).
+
+    Failures keep their ``pi_ref`` proportions if ``pi_old``'s do, so ``pi``
+    reduces to its PoS ``q``; with ``r = p_ref``:
+
+    - ``k3_ratio`` (and ``exact``): ``K`` is ``KL(pi || pi_ref)`` up to a
+      constant, so the optimum is Theorem 2's Gibbs tilt,
+      ``logit q = logit r + Omega(p) / beta`` (eq. 8);
+    - ``k3``: ``K = p (r/q + log q) + (1-p) ((1-r)/(1-q) + log(1-q))`` + const,
+      which is *not* ``KL(pi_ref || pi)``: the two share their gradient at
+      ``pi = pi_old`` only. The stationary points solve
+      ``Omega(p) = beta (q - r) (p / q**2 + (1-p) / (1-q)**2)``;
+    - ``k2``: ``K = p log(q/r)**2 / 2 + (1-p) log((1-q)/(1-r))**2 / 2``.
+
+    At ``q = p`` the ``k3`` equation is ``p (1-p) Omega(p) = beta (p - r)``:
+    the fixed points are those of the reverse-KL step
+    (:func:`exact_step_logit`), but one round goes elsewhere. ``k2``'s fixed
+    points are the forward KL's. The ``k3`` and ``k2`` rounds are solved by
+    bracketing every sign change of ``dJ/dq`` on a grid of logits, 80
+    bisections each (float64 resolution), and keeping the root with the
+    largest ``J``.
+
+    ``k1`` is refused: its expected penalty ``p log q + (1-p) log(1-q)`` is
+    unbounded below, so the round objective has no maximiser.
+    """
+    if estimator not in ROUND_ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ROUND_ESTIMATORS} (an estimator whose round "
+                         f"objective has a maximiser; k1's rewards log pi -> -inf at the "
+                         f"samples), got {estimator!r}")
+    lp = _check_logits("logit_p", logit_p)
+    lr = _check_logits("logit_p_ref", logit_p_ref)
+    b = check_beta(beta)
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    lp, lr, b = broadcast(logit_p=lp, logit_p_ref=lr, beta=b)
+    return np.clip(_round_step(lp, lr, b, str(estimator), cal), -_LOGIT_CAP, _LOGIT_CAP)

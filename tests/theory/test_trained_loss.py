@@ -467,3 +467,96 @@ def test_split_prompts_is_a_seeded_partition_into_halves():
     assert not np.array_equal(tl.split_prompts(11, seed=5)[0], fit)
     with pytest.raises(ValueError, match="n_prompts"):
         tl.split_prompts(1)
+
+
+# ------------------------------------------------------------ one round of the sampled loss
+def _round_reference(p_old: float, p_ref: float, beta: float, estimator: str,
+                     cal: Calibration = CAL) -> tuple[float, float]:
+    """argmax over the success logit of the round objective, written from the estimators.
+
+    ``J(q) = E_{o ~ pi_old}[ratio A - beta k(o)]`` over the two outcomes, with
+    ``k`` as ``rl.losses.kl_penalty`` defines it (``d = log pi_ref - log pi``):
+    the global maximum is located on a dense grid of ``J``, then ``dJ/dq``
+    (differentiated by hand in probability space) is solved by ``brentq`` in
+    the grid cell on each side. Returns the logit and its error bound (the
+    final bracket, mapped to logits).
+    """
+    w_plus, w_minus = (float(w) for w in cal.weights(p_old))
+    q_ref = np.array([p_ref, 1 - p_ref])
+    q_old = np.array([p_old, 1 - p_old])
+    adv = np.array([w_plus, -w_minus])
+
+    def objective(q1: float) -> float:
+        q = np.array([q1, 1 - q1])
+        d = np.log(q_ref) - np.log(q)
+        k = {"k3": np.exp(d) - d - 1, "k2": d ** 2 / 2,
+             "k3_ratio": q / q_old * (np.exp(d) - d - 1)}[estimator]
+        return float(np.sum(q_old * (q / q_old * adv - beta * k)))
+
+    def slope(q1: float) -> float:  # dJ/dq1, with dq0/dq1 = -1 for the failure
+        q = np.array([q1, 1 - q1])
+        dk = {"k3": -q_ref / q ** 2 + 1 / q, "k2": np.log(q / q_ref) / q,
+              "k3_ratio": np.log(q / q_ref) / q_old}[estimator]
+        per = adv - beta * q_old * dk
+        return float(per[0] - per[1])
+
+    grid = 1 / (1 + np.exp(-np.linspace(-25, 25, 20001)))
+    i = int(np.argmax([objective(q) for q in grid]))
+    root, info = optimize.brentq(slope, grid[i - 1], grid[i + 1], xtol=1e-300, rtol=1e-15,
+                                 full_output=True)
+    assert info.converged
+    # brentq's answer is within xtol + rtol |root| of a sign change of the slope
+    error = (1e-15 * root) / (root * (1 - root))
+    return float(np.log(root) - np.log1p(-root)), float(error)
+
+
+@pytest.mark.parametrize("estimator", ["k3", "k2", "k3_ratio"])
+@pytest.mark.parametrize(("p_old", "p_ref", "beta"), [
+    (0.3, 0.3, 1.0), (0.3, 0.3, 0.1), (0.6, 0.2, 0.3), (0.05, 0.3, 2.0), (0.9, 0.5, 0.25),
+    (0.5, 1e-4, 0.3)])
+def test_round_step_maximises_the_round_objective(estimator, p_old, p_ref, beta):
+    got = float(tl.round_step_logit(theory.logit(p_old), theory.logit(p_ref), beta,
+                                    estimator=estimator, calibration=CAL))
+    want, half_width = _round_reference(p_old, p_ref, beta, estimator)
+    # brentq's bracket bounds the reference; ours is bisected to float64 resolution too, and the
+    # slope's own rounding (cancellation of terms of size Omega) adds a few ulps of the logit
+    assert abs(got - want) <= 4 * half_width + 64 * np.spacing(max(1.0, abs(want)))
+
+
+def test_round_step_of_plain_k3_is_not_the_reverse_kl_step():
+    """One round of plain k3 stops short of the reverse-KL step (the old chapter's claim)."""
+    trl = Calibration(normalization="mean_std", eps=1e-4, eps_placement="std", ddof=1,
+                      group_size=8)
+    lr = theory.logit(0.3)
+    round_pos = theory.sigmoid(tl.round_step_logit(lr, lr, 1.0, estimator="k3", calibration=trl))
+    reverse_pos = theory.sigmoid(tl.exact_step_logit(lr, lr, 1.0, estimator="k3",
+                                                     calibration=trl))
+    want, _ = _round_reference(0.3, 0.3, 1.0, "k3", trl)
+    assert float(round_pos) == pytest.approx(float(theory.sigmoid(want)), abs=1e-9)
+    assert float(reverse_pos) - float(round_pos) > 0.05  # 0.69 against 0.62
+
+
+@pytest.mark.parametrize("estimator", ["k3", "k2"])
+def test_round_step_has_the_fixed_points_of_its_divergence(estimator):
+    """At a fixed point of the divergence step, the round stays there (q = p)."""
+    p_ref = np.array([0.05, 0.3, 0.7])
+    star = tl.destination(p_ref, 0.4, estimator=estimator, calibration=CAL)
+    got = tl.round_step_logit(theory.logit(star), theory.logit(p_ref), 0.4,
+                              estimator=estimator, calibration=CAL)
+    np.testing.assert_allclose(got, theory.logit(star), atol=1e-7)
+
+
+def test_round_step_of_k3_ratio_is_theorem_2():
+    lp, lr = theory.logit(P_PREV), theory.logit(P_REF)
+    np.testing.assert_allclose(
+        tl.round_step_logit(lp, lr, 0.5, estimator="k3_ratio", calibration=CAL),
+        theory.pos_map_logit(lp, lr, 0.5, calibration=CAL), rtol=1e-13, atol=1e-13)
+
+
+def test_round_step_broadcasts_and_refuses_k1():
+    out = tl.round_step_logit(np.zeros((2, 3)), theory.logit(P_REF[:3]), 0.5, estimator="k3",
+                              calibration=CAL)
+    assert out.shape == (2, 3) and np.all(np.isfinite(out))
+    assert np.shape(tl.round_step_logit(0.0, 0.0, 0.5, estimator="k3", calibration=CAL)) == ()
+    with pytest.raises(ValueError, match="estimator must be one of"):
+        tl.round_step_logit(0.0, 0.0, 0.5, estimator="k1", calibration=CAL)
