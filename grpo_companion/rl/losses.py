@@ -185,7 +185,7 @@ def per_token_loss(
     *,
     clip_eps_low: float | None = 0.2,
     clip_eps_high: float | None = None,
-    beta: float = 0.0,
+    beta: float | torch.Tensor = 0.0,
     kl: str = "k3",
     alpha: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -215,7 +215,9 @@ def per_token_loss(
         PPO clipping range; ``clip_eps_low=None`` (or ``inf``) turns clipping
         off; ``clip_eps_high=None`` means ``clip_eps_high = clip_eps_low``.
     beta
-        KL penalty weight (``>= 0``).
+        KL penalty weight (``>= 0``): a number, or one weight per sequence,
+        shape ``(batch,)`` (a per-prompt ``beta``, as chapter 8 uses to spread
+        the fixed points over prompts).
     kl
         ``"k1" | "k2" | "k3" | "k3_ratio"``, see :func:`kl_penalty`.
     alpha
@@ -228,7 +230,16 @@ def per_token_loss(
         tokens where the clipped branch is the one in force.
     """
     bounds = _clip_bounds(clip_eps_low, clip_eps_high)
-    _check_real("beta", beta, 0.0, math.inf)
+    if isinstance(beta, torch.Tensor):
+        if beta.shape != logp.shape[:1] or not bool(torch.all(torch.isfinite(beta) & (beta >= 0))):
+            raise ValueError(f"beta must be a number >= 0 or a tensor of shape "
+                             f"{tuple(logp.shape[:1])} (one weight per sequence) of finite "
+                             f"numbers >= 0, got shape {tuple(beta.shape)}")
+        penalised = bool(torch.any(beta > 0))
+        weight = beta.to(logp.dtype).unsqueeze(1)
+    else:
+        _check_real("beta", beta, 0.0, math.inf)
+        penalised, weight = beta > 0, beta
     _check_real("alpha", alpha, 0.0, 1.0)
     _check_choice("kl", kl, KL_ESTIMATORS)
     if logp.ndim != 2:
@@ -239,7 +250,7 @@ def per_token_loss(
     if advantages.shape != logp.shape[:1]:
         raise ValueError(f"advantages must have shape {tuple(logp.shape[:1])}, got "
                          f"{tuple(advantages.shape)}")
-    needs_ref = beta > 0 and alpha > 0
+    needs_ref = penalised and alpha > 0
     if needs_ref and (ref_logp is None or ref_logp.shape != logp.shape):
         shape = None if ref_logp is None else tuple(ref_logp.shape)
         raise ValueError(f"ref_logp must have shape {tuple(logp.shape)} when beta > 0 and "
@@ -254,13 +265,13 @@ def per_token_loss(
         surrogate = torch.minimum(surrogate, torch.clamp(ratio, low, high) * adv)
         clipped = ((ratio < low) & (adv < 0)) | ((ratio > high) & (adv > 0))
     loss = -surrogate
-    if beta > 0:
+    if penalised:
         penalty = torch.zeros_like(loss)
         if alpha > 0:
             penalty = penalty + alpha * kl_penalty(logp, ref_logp, kl, old_logp)
         if alpha < 1:
             penalty = penalty + (1 - alpha) * kl_penalty(logp, old_logp, kl, old_logp)
-        loss = loss + beta * penalty
+        loss = loss + weight * penalty
     return loss, clipped
 
 

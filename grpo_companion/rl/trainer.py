@@ -298,6 +298,11 @@ class TrainConfig:
         None, "GRPO trains on a fixed set of this many training prompts (ArithmeticTask."
         "grpo_pool: the first of a seeded shuffle; pre-training still uses every training "
         "prompt); none: on all of them", Int(1, optional=True), group=SEQUENCE)
+    grpo_beta_multipliers: tuple[float, ...] | None = knob(
+        None, "per-prompt KL weights: the i-th prompt of the GRPO pool (grpo_pool's order) is "
+        "penalised with beta * multipliers[i % len(multipliers)], so that one run spreads the "
+        "fixed points over prompts; needs grpo_prompts and beta > 0; none: beta for every "
+        "prompt", Reals(Real(1e-3, 1e3), optional=True), group=SEQUENCE)
     eval_samples: int = knob(50, "samples per held-out prompt for the PoS estimate", Int(1),
                              group=SEQUENCE)
     carry_error_span: float = knob(
@@ -354,6 +359,15 @@ class TrainConfig:
         if self.kl == "exact" and self.task != "bandit":
             raise bad("kl", f"one of {losses.KL_ESTIMATORS} for task='sequence' "
                             "(the exact KL needs a tabular policy)")
+        if self.grpo_beta_multipliers is not None:
+            if self.task != "sequence" or self.grpo_prompts is None or self.beta == 0:
+                raise bad("grpo_beta_multipliers", "None unless task='sequence', grpo_prompts "
+                          "is set and beta > 0 (the multipliers scale beta per GRPO prompt)")
+            low, high = BETA_RANGE
+            for m in self.grpo_beta_multipliers:
+                if not low <= self.beta * m <= high:
+                    raise bad("grpo_beta_multipliers", f"multipliers m with beta * m in "
+                              f"[{low:g}, {high:g}] (beta={self.beta:g}), got {m!r}")
         pool = n_pairs - self.n_eval_prompts
         if self.grpo_prompts is not None and self.grpo_prompts > pool:
             raise bad("grpo_prompts", f"None or an int in [1, {pool}] (the training prompts "
@@ -566,6 +580,14 @@ class _Run:
         self.task, self.policy, self.tracked = _TASK_ADAPTERS[config.task].build(config, device,
                                                                          self.dtype)
         self.ref_policy = _frozen_copy(self.policy)
+        # the KL weight of every task prompt (a per-prompt beta), or None: config.beta for all
+        self.prompt_beta: torch.Tensor | None = None
+        if config.grpo_beta_multipliers is not None:
+            pool = self.task.grpo_pool(config.grpo_prompts, config.seed)
+            mult = np.resize(np.asarray(config.grpo_beta_multipliers, dtype=np.float64), len(pool))
+            weights = np.full(len(self.task.operands), config.beta)
+            weights[pool] = config.beta * mult
+            self.prompt_beta = torch.as_tensor(weights, device=device)
         default_lr = 0.1 if config.task == "bandit" else 1e-3
         self.lr = config.lr if config.lr is not None else default_lr
         self.optimizer = self._make_optimizer()
@@ -954,9 +976,12 @@ def _sampled_loss(run: _Run, s: _Samples, advantages: torch.Tensor,
     logp = run.policy.token_logprobs(s.prompts, s.completions, s.group, temperature=temp)
     if anchors.old is None:  # the first loss of the iteration: the policy is still pi_old
         anchors.old = logp.detach()
+    beta: float | torch.Tensor = 0.0 if exact_kl else config.beta
+    if run.prompt_beta is not None:
+        beta = run.prompt_beta[s.chosen].repeat_interleave(s.group)
     per_token, clipped = losses.per_token_loss(
         logp, anchors.old, anchors.ref, advantages, clip_eps_low=config.clip_eps_low,
-        clip_eps_high=config.clip_eps_high, beta=0.0 if exact_kl else config.beta,
+        clip_eps_high=config.clip_eps_high, beta=beta,
         kl="k3" if exact_kl else config.kl, alpha=config.alpha)
     mask_f = s.mask.to(anchors.old.dtype)
     loss = losses.aggregate(per_token, mask_f, loss_type=config.loss_type,

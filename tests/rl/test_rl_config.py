@@ -34,6 +34,8 @@ NON_DEFAULT = {
     "d_model": 8, "n_layers": 1, "n_heads": 2, "exact_tol": 1e-9, "exact_step": 0.25,
     "exact_max_iter": 40,
 }
+#: Fields that only a sampled sequence run accepts, with non-default values.
+SEQUENCE_ONLY = {"grpo_beta_multipliers": (2.0, 0.5)}
 #: The field TRL uses for each name, as the issue states them.
 TRL_NAMES = {"epsilon": "--clip-eps", "epsilon_high": "--clip-eps-high",
              "num_generations": "--group-size", "num_iterations": "--mu",
@@ -64,9 +66,12 @@ def train_help() -> str:
 
 
 def test_non_default_table_covers_every_field():
-    assert set(NON_DEFAULT) == {f.name for f in FIELDS}
+    assert set(NON_DEFAULT) | set(SEQUENCE_ONLY) == {f.name for f in FIELDS}
     config = TrainConfig(**NON_DEFAULT)
-    assert all(getattr(config, f.name) != f.default or f.name == "task" for f in FIELDS)
+    assert all(getattr(config, f.name) != f.default or f.name in ("task", *SEQUENCE_ONLY)
+               for f in FIELDS)
+    sequence = TrainConfig(task="sequence", grpo_prompts=10, **SEQUENCE_ONLY)
+    assert all(getattr(sequence, name) != getattr(TrainConfig(), name) for name in SEQUENCE_ONLY)
 
 
 def test_every_field_is_in_train_help_with_help_text(train_help):
