@@ -98,6 +98,18 @@ def _step(lp: np.ndarray, lr: np.ndarray, b: np.ndarray, target: str,
         return np.log(pi[..., 0]) - np.log(pi[..., 1])
 
 
+def _step_inputs(logit_p: ArrayLike, logit_p_ref: ArrayLike, beta: ArrayLike,
+                 calibration: Calibration | None, calibration_kwargs: dict[str, Any]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Calibration]:
+    """The checked, broadcast ``(L_old, L_ref, beta)`` and calibration of a one-step map."""
+    lp = _check_logits("logit_p", logit_p)
+    lr = _check_logits("logit_p_ref", logit_p_ref)
+    b = check_beta(beta)
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    lp, lr, b = broadcast(logit_p=lp, logit_p_ref=lr, beta=b)
+    return lp, lr, b, cal
+
+
 def exact_step_logit(
     logit_p: ArrayLike,
     logit_p_ref: ArrayLike,
@@ -118,11 +130,7 @@ def exact_step_logit(
     whole of the step.
     """
     target = ESTIMATOR_TARGETS[_check_estimator(estimator)]
-    lp = _check_logits("logit_p", logit_p)
-    lr = _check_logits("logit_p_ref", logit_p_ref)
-    b = check_beta(beta)
-    cal = resolve_calibration(calibration, **calibration_kwargs)
-    lp, lr, b = broadcast(logit_p=lp, logit_p_ref=lr, beta=b)
+    lp, lr, b, cal = _step_inputs(logit_p, logit_p_ref, beta, calibration, calibration_kwargs)
     return np.clip(_step(lp, lr, b, target, cal), -_LOGIT_CAP, _LOGIT_CAP)
 
 
@@ -409,8 +417,6 @@ def one_step_tv(
 #: Estimators whose round objective has a maximiser (k1's does not: it rewards log pi -> -inf at
 #: pi_old's samples, so one round solved exactly drives the sampled outputs' probability to 0).
 ROUND_ESTIMATORS = ("exact", "k2", "k3", "k3_ratio")
-#: Local maxima of the round objective kept per prompt (the k3 objective has at most two).
-_MAX_MAXIMA = 4
 
 
 def _round_parts(lq: np.ndarray, lp: np.ndarray, lr: np.ndarray, b: np.ndarray,
@@ -456,30 +462,30 @@ def _round_step(lp: np.ndarray, lr: np.ndarray, b: np.ndarray, estimator: str,
         if not (bad.any() or bad_hi.any()):
             break
         width = width * 4.0
-    # every local maximum is a + to - sign change of F on a grid fine enough to separate them,
-    # with extra points where F can turn fast (just above L_ref and around L_old)
+    # the maximum that ascent from pi_old reaches: the first + to - sign change of F above
+    # L_old when F(L_old) > 0, the last one below it when F(L_old) < 0; a grid fine enough to
+    # separate the maxima, with extra points where F turns fast (near L_ref and L_old)
     t = np.linspace(0.0, 1.0, grid)
     near = np.concatenate([-np.geomspace(8.0, 1e-6, 24), [0.0], np.geomspace(1e-6, 8.0, 24)])
     pts = np.concatenate([lo[:, None] + (hi - lo)[:, None] * t, lr[:, None] + near,
                           lp[:, None] + near], axis=1)
     pts = np.sort(np.clip(pts, lo[:, None], hi[:, None]), axis=1)
-    args = (lp[:, None], lr[:, None], b[:, None], omega[:, None], estimator)
-    f = _round_parts(pts, *args)[1]
+    f = _round_parts(pts, lp[:, None], lr[:, None], b[:, None], omega[:, None], estimator)[1]
     change = (f[:, :-1] > 0) & (f[:, 1:] <= 0)
-    # at most _MAX_MAXIMA local maxima per row (J is a sum of a few convex/concave pieces)
-    slots = min(_MAX_MAXIMA, change.shape[1])
-    cell = np.argsort(~change, axis=1, kind="stable")[:, :slots]
-    live = np.take_along_axis(change, cell, axis=1)
-    a = np.take_along_axis(pts, cell, axis=1)
-    c = np.take_along_axis(pts, cell + 1, axis=1)
-    args = (lp[:, None], lr[:, None], b[:, None], omega[:, None], estimator)
+    up = _round_parts(lp, lp, lr, b, omega, estimator)[1] > 0
+    above = change & (pts[:, :-1] >= lp[:, None])
+    below = change & (pts[:, 1:] <= lp[:, None])
+    first_above = np.argmax(above, axis=1)
+    last_below = change.shape[1] - 1 - np.argmax(below[:, ::-1], axis=1)
+    cell = np.where(up, first_above, last_below)
+    rows = np.arange(len(lp))
+    a, c = pts[rows, cell], pts[rows, cell + 1]
     for _ in range(bisections):  # each bracket halves; 80 halvings of <= 1400 reach float64
         mid = 0.5 * (a + c)
-        pos = _round_parts(mid, *args)[1] > 0
+        pos = _round_parts(mid, lp, lr, b, omega, estimator)[1] > 0
         a, c = np.where(pos, mid, a), np.where(pos, c, mid)
-    root = 0.5 * (a + c)
-    value = np.where(live, _round_parts(root, *args)[0], -np.inf)
-    out = root[np.arange(len(lp)), np.argmax(value, axis=1)]
+    found = np.where(up, above[rows, first_above], below[rows, last_below])
+    out = np.where(found, 0.5 * (a + c), lp)  # F(L_old) = 0 exactly: pi_old is the optimum
     return out.reshape(shape_out)
 
 
@@ -518,10 +524,16 @@ def round_step_logit(
     At ``q = p`` the ``k3`` equation is ``p (1-p) Omega(p) = beta (p - r)``:
     the fixed points are those of the reverse-KL step
     (:func:`exact_step_logit`), but one round goes elsewhere. ``k2``'s fixed
-    points are the forward KL's. The ``k3`` and ``k2`` rounds are solved by
-    bracketing every sign change of ``dJ/dq`` on a grid of logits, 80
-    bisections each (float64 resolution), and keeping the root with the
-    largest ``J``.
+    points are the forward KL's.
+
+    ``J`` can have two local maxima in ``q`` (``k3`` when ``p`` is far above
+    ``r``: at ``p_ref = 0.05``, ``beta = 1``, ``p = 0.53`` a second one sits at
+    ``q = 0.066``, with the larger ``J``). The optimiser's steps start at
+    ``pi_old`` and climb ``J``, so the optimum returned is the maximum that
+    ascent from ``q = p`` reaches: the first zero of ``dJ/dq`` above ``p`` if
+    ``J`` rises there, the first below it if it falls. Its fixed points are
+    then exactly the roots of the equation above. The root is bracketed on a
+    grid of logits and bisected 80 times (float64 resolution).
 
     ``k1`` is refused: its expected penalty ``p log q + (1-p) log(1-q)`` is
     unbounded below, so the round objective has no maximiser.
@@ -530,9 +542,5 @@ def round_step_logit(
         raise ValueError(f"estimator must be one of {ROUND_ESTIMATORS} (an estimator whose round "
                          f"objective has a maximiser; k1's rewards log pi -> -inf at the "
                          f"samples), got {estimator!r}")
-    lp = _check_logits("logit_p", logit_p)
-    lr = _check_logits("logit_p_ref", logit_p_ref)
-    b = check_beta(beta)
-    cal = resolve_calibration(calibration, **calibration_kwargs)
-    lp, lr, b = broadcast(logit_p=lp, logit_p_ref=lr, beta=b)
+    lp, lr, b, cal = _step_inputs(logit_p, logit_p_ref, beta, calibration, calibration_kwargs)
     return np.clip(_round_step(lp, lr, b, str(estimator), cal), -_LOGIT_CAP, _LOGIT_CAP)

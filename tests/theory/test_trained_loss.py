@@ -476,10 +476,12 @@ def _round_reference(p_old: float, p_ref: float, beta: float, estimator: str,
 
     ``J(q) = E_{o ~ pi_old}[ratio A - beta k(o)]`` over the two outcomes, with
     ``k`` as ``rl.losses.kl_penalty`` defines it (``d = log pi_ref - log pi``):
-    the global maximum is located on a dense grid of ``J``, then ``dJ/dq``
-    (differentiated by hand in probability space) is solved by ``brentq`` in
-    the grid cell on each side. Returns the logit and its error bound (the
-    final bracket, mapped to logits).
+    the maximum that ascent from ``q = p_old`` reaches is located by walking a
+    dense grid of ``q`` from ``p_old`` in the direction in which ``J`` rises,
+    to the first grid point where it falls; then ``dJ/dq`` (differentiated by
+    hand in probability space) is solved by ``brentq`` in the cells on each
+    side. Returns the logit and its error bound (the final bracket, mapped to
+    logits).
     """
     w_plus, w_minus = (float(w) for w in cal.weights(p_old))
     q_ref = np.array([p_ref, 1 - p_ref])
@@ -501,7 +503,10 @@ def _round_reference(p_old: float, p_ref: float, beta: float, estimator: str,
         return float(per[0] - per[1])
 
     grid = 1 / (1 + np.exp(-np.linspace(-25, 25, 20001)))
-    i = int(np.argmax([objective(q) for q in grid]))
+    i = int(np.argmin(np.abs(grid - p_old)))
+    step = 1 if objective(grid[i + 1]) > objective(grid[i]) else -1
+    while objective(grid[i + step]) > objective(grid[i]):
+        i += step
     root, info = optimize.brentq(slope, grid[i - 1], grid[i + 1], xtol=1e-300, rtol=1e-15,
                                  full_output=True)
     assert info.converged
@@ -544,6 +549,26 @@ def test_round_step_has_the_fixed_points_of_its_divergence(estimator):
     got = tl.round_step_logit(theory.logit(star), theory.logit(p_ref), 0.4,
                               estimator=estimator, calibration=CAL)
     np.testing.assert_allclose(got, theory.logit(star), atol=1e-7)
+
+
+def test_round_step_climbs_from_pi_old_not_to_a_farther_maximum():
+    """p_ref 0.05, beta 1, pi_old at the fixed point 0.53: a second maximum near q = 0.066."""
+    r, b = 0.05, 1.0
+    star = float(tl.destination(r, b, estimator="k3", calibration=CAL))
+    grid = np.linspace(-6.0, 4.0, 4001)
+
+    def objective(lq: np.ndarray) -> np.ndarray:  # J(q) by hand, up to a constant
+        q, p = theory.sigmoid(lq), star
+        omega = float(CAL.omega(p))
+        return q * omega - b * (p * (r / q + np.log(q)) + (1 - p) * ((1 - r) / (1 - q)
+                                                                    + np.log(1 - q)))
+
+    values = objective(grid)
+    far = theory.sigmoid(grid[np.argmax(values)])
+    assert far < 0.1 and values.max() > objective(theory.logit(star))  # the farther maximum
+    got = tl.round_step_logit(theory.logit(star), theory.logit(r), b, estimator="k3",
+                              calibration=CAL)
+    assert float(theory.sigmoid(got)) == pytest.approx(star, abs=1e-9)  # a fixed point stays
 
 
 def test_round_step_of_k3_ratio_is_theorem_2():
