@@ -8,17 +8,25 @@ outright (SIGKILL) can leave the temporary file, which
 :func:`remove_stale_temporaries` deletes when the run is resumed. Files get the
 permissions of any newly created file (``0o666`` less the user's umask), not
 the ``0o600`` of a bare temporary file.
+
+Ctrl-C and SIGTERM that arrive during a write are held until the file is in
+place, then delivered: an interrupt raised inside ``torch.save`` would
+otherwise surface as the zip writer's ``RuntimeError`` instead of the
+interrupt, and the run would be recorded as failed rather than interrupted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import glob
 import io
 import json
 import os
+import signal
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -36,8 +44,43 @@ def _temporary_prefix(name: str) -> str:
     return f".{name}."
 
 
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for the duration of the block, then deliver them.
+
+    Only the main thread can set handlers; elsewhere, and for a signal whose
+    handler was not set from Python (``getsignal`` gives ``None``), nothing is held.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        pending.append(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in _HELD_SIGNALS}
+    previous = {sig: handler for sig, handler in previous.items() if handler is not None}
+    for sig in previous:
+        signal.signal(sig, hold)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(pending):  # each held signal once, in order of arrival
+            signal.raise_signal(sig)
+
+
 def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    path = Path(path)
+    with _signals_held():
+        _write_then_replace(Path(path), write)
+
+
+def _write_then_replace(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path.name), suffix=".tmp",
                                dir=path.parent)
