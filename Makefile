@@ -20,6 +20,8 @@ PIN_HASH := $(shell { cat pyproject.toml requirements.lock; echo "torch build: $
 STAMP := $(VENV)/.installed-$(PIN_HASH)
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 export PYTHONHASHSEED := 0
+# rerun by `make test` with numpy's SIMD dispatch off (scripts/limited_simd.py)
+NUMERIC_TESTS := tests/theory tests/symbolic tests/variants
 
 .PHONY: book book-quick test lint unit browser-deps bench screenshots lock clean venv
 
@@ -60,6 +62,9 @@ browser-deps: $(STAMP)
 test: $(STAMP) browser-deps
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -m "not book"
+	@# another CPU's rounding: the numeric tests again on numpy's baseline kernels (no SIMD dispatch)
+	NPY_DISABLE_CPU_FEATURES="$$($(PY) scripts/limited_simd.py)" bash -c \
+	  '$(PY) scripts/limited_simd.py --check && $(PY) -m pytest -q -p no:cacheprovider $(NUMERIC_TESTS)'
 	@# the matplotlib setting that once hid every figure: the book must not care
 	MPLBACKEND=Agg $(PY) -m grpo_companion book --quick --out _build/quick
 	GRPO_BOOK_HTML=_build/quick/html $(PY) -m pytest -q -m book
