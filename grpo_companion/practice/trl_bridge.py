@@ -219,9 +219,13 @@ def predict_path(p_ref: Any, n_iterations: int, settings: TheorySettings) -> np.
     is False.
 
     With plain k3 (``use_bias_correction_kl=False``) the path steps with the
-    reverse-KL recurrence; TRL's solved off-policy k3 rounds follow another
-    path to the same limit (chapter 11 measures both), so only the limit
-    should be read as TRL's prediction there.
+    reverse-KL step (``theory.kl_estimators.reverse_kl_pos``). It shares two
+    things with TRL's plain-k3 loss: the fixed points, and the gradient at
+    ``pi = pi_old`` (so the first optimiser step of each round). It is not the
+    optimum of a round of that loss, which is
+    ``theory.trained_loss.round_step_logit`` and goes elsewhere (0.62 against
+    0.69 from ``p_ref = 0.3`` at ``beta = 1``, ``G = 8``); no chapter measures
+    that difference on TRL, so read only the limit as TRL's prediction there.
     """
     p_ref = np.atleast_1d(np.asarray(p_ref, dtype=np.float64))
     n = int(n_iterations)

@@ -113,8 +113,11 @@ def _beta(value: Any, config: Any) -> str:
     if float(value) == 0.0:
         return ("no KL term (and no reference model): the recurrence has no anchor, every "
                 "prompt with p_ref > 0 climbs to PoS 1 and 0 stays 0")
-    return (f"KL anchor of weight {float(value):g}: interior fixed points "
-            "logit p = logit p_ref + Omega(p) / beta (forward KL)")
+    if kl_estimator(config) == "k3_ratio":
+        return (f"KL anchor of weight {float(value):g}: with kl='k3_ratio' the interior fixed "
+                "points solve logit p = logit p_ref + Omega(p) / beta (forward KL, Theorem 2)")
+    return (f"KL anchor of weight {float(value):g}: with plain kl='k3' the interior fixed points "
+            "solve p (1 - p) Omega(p) = beta (p - p_ref) (reverse KL), not Theorem 2's")
 
 
 def _bias_correction(value: Any, config: Any) -> str:
@@ -133,9 +136,16 @@ def _generations(value: Any, config: Any) -> str:
 
 
 def _iterations(value: Any, config: Any) -> str:
-    return (f"mu = {int(value)} optimiser step(s) per generation round: the fixed point does "
-            "not depend on it; the round approaches Theorem 2's exact step only as mu grows "
-            "(without clipping)")
+    mu = int(value)
+    if kl_estimator(config) == "k3_ratio":
+        target = ("the round approaches Theorem 2's exact step (the Gibbs tilt) only as mu "
+                  "grows, without clipping")
+    else:
+        target = ("with plain k3 a solved round (theory.trained_loss.round_step_logit) is "
+                  "neither Theorem 2's step nor the reverse-KL step, though it shares the "
+                  "latter's fixed points")
+    return (f"mu = {mu} optimiser step(s) per generation round: the fixed point does not "
+            f"depend on it; {target}")
 
 
 def _clip_low(value: Any, config: Any) -> str:

@@ -9,12 +9,14 @@ import re
 import sys
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from grpo_companion import theory
 from grpo_companion.practice import trl_facts
 from grpo_companion.practice.trl_bridge import advantage_calibration
 from grpo_companion.rl import losses
+from grpo_companion.theory import trained_loss
 from grpo_companion.theory.kl_estimators import ESTIMATOR_TARGETS
 
 
@@ -145,3 +147,29 @@ def test_the_trl_defaults_in_the_losses_docstrings_are_the_installed_ones(trl):
             f"rl.losses speaks of TRL {version} but {trl.__version__} is installed: re-check "
             f"its {name} and reword")
         assert ast.literal_eval(value) == defaults[name], (name, value, defaults[name])
+
+
+@pytest.mark.parametrize("bias_correction", [True, False])
+def test_beta_and_mu_rows_name_the_estimators_own_fixed_points_and_round(bias_correction):
+    # the rows once said "forward KL" and "approaches Theorem 2's exact step" whatever the
+    # estimator; both hold for k3_ratio only. The numbers behind the plain-k3 wording:
+    config = SimpleNamespace(beta=1.0, use_bias_correction_kl=bias_correction,
+                             num_iterations=4, scale_rewards="group", num_generations=8)
+    beta_row = trl_facts.describe("beta", 1.0, config)
+    mu_row = trl_facts.describe("num_iterations", 4, config)
+    cal = theory.Calibration(normalization="mean_std", group_size=8)
+    lp, lr = np.float64(-0.8473), np.float64(-0.8473)  # from p_ref 0.3
+    est = "k3_ratio" if bias_correction else "k3"
+    solved = trained_loss.round_step_logit(lp, lr, 1.0, estimator=est, calibration=cal)
+    forward = trained_loss.exact_step_logit(lp, lr, 1.0, estimator="k3_ratio",
+                                                   calibration=cal)
+    reverse = trained_loss.exact_step_logit(lp, lr, 1.0, estimator="k3", calibration=cal)
+    if bias_correction:
+        assert "forward KL" in beta_row and "reverse" not in beta_row
+        assert "Theorem 2's exact step" in mu_row
+        assert solved == pytest.approx(forward, abs=1e-9)
+    else:
+        assert "reverse KL" in beta_row and "forward" not in beta_row
+        assert "p (1 - p) Omega(p) = beta (p - p_ref)" in beta_row
+        assert "round_step_logit" in mu_row and "neither Theorem 2's step nor" in mu_row
+        assert abs(solved - forward) > 0.1 and abs(solved - reverse) > 0.1
