@@ -10,10 +10,16 @@ output distribution can be enumerated instead
   batches from, ``config.grpo_prompts``) and every **held-out** prompt, at
   iteration 0 and every ``record_every`` iterations;
 - at every iteration ``n`` and for every prompt of that iteration's batch, the
-  total variation ``delta_n`` between the network's new policy and the tabular
-  optimum of the iteration's objective from the network's previous policy
-  (:func:`grpo_companion.theory.trained_loss.one_step_tv`), with the objective
-  of the loss trained: its KL estimator and its calibration at the group size.
+  total variation between the network's new policy and the tabular policy that
+  the divergence step (:func:`grpo_companion.theory.trained_loss.exact_step_logit`,
+  with the loss's KL estimator and its calibration at the group size) reaches
+  from the network's previous policy
+  (:func:`grpo_companion.theory.trained_loss.one_step_tv`). For plain k3 that
+  step is the reverse-KL step: it has the trained loss's fixed points and
+  on-policy gradient, but it is not the optimum of one round of that loss
+  (:func:`~grpo_companion.theory.trained_loss.round_step_logit`). This is a
+  one-step distance; the paper's ``delta_n`` (Assumption 1 of Theorem 10) is
+  the distance to the exact orbit started at ``pi_ref``.
 
 :func:`run_seeds` runs several seeds, in worker processes when asked.
 """
@@ -48,9 +54,9 @@ class LongRun:
     operands : ``(a, b)`` of each trained and each held-out prompt, in that order.
     steps : the recorded iterations (0, ``record_every``, ..., ``iterations``).
     logit_trained, logit_held : exact success logits ``(len(steps), prompts)``.
-    delta, delta_pos : ``(iterations, len(trained))`` one-step distance to the tabular
-        optimum and its PoS part; NaN where the prompt was not in that iteration's batch.
-    target_logit : ``(iterations, len(trained))`` the tabular optimum's success logit.
+    delta, delta_pos : ``(iterations, len(trained))`` one-step distance to the divergence
+        step and its PoS part; NaN where the prompt was not in that iteration's batch.
+    target_logit : ``(iterations, len(trained))`` the divergence step's success logit.
     clip_fraction : ``(iterations,)`` the share of sampled tokens whose ratio was clipped, over
         the ``mu`` steps of each iteration (the trainer's ``iterations.csv`` column).
     n_outputs : how many distinct outputs a policy can produce (all enumerated).

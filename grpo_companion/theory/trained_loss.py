@@ -5,31 +5,40 @@ The paper's recurrence (Theorem 2) describes GRPO with the exact KL penalty
 three ways that chapter 7 measures on the bandit:
 
 - **the KL estimator** decides which divergence the expected gradient
-  penalises (``kl_estimators.ESTIMATOR_TARGETS``):
-  ``k2`` and ``k3_ratio`` the forward KL, whose one-step optimum is the Gibbs
-  tilt and whose PoS map is :func:`~grpo_companion.theory.pos_map`; plain
-  ``k3`` the reverse KL ``KL(pi_ref || pi)``, whose one-step optimum is
-  :func:`~grpo_companion.theory.kl_estimators.reverse_kl_policy` and whose
-  fixed points solve ``p (1 - p) Omega(p) = beta (p - p_ref)``;
+  penalises at ``pi = pi_old`` (``kl_estimators.ESTIMATOR_TARGETS``):
+  ``k2`` and ``k3_ratio`` the forward KL, plain ``k3`` the reverse KL
+  ``KL(pi_ref || pi)``. Only for ``k3_ratio`` is the expected penalty of a
+  round the divergence itself as a function of ``pi``; for ``k3`` and ``k2``
+  the samples come from ``pi_old`` and the two share their value's gradient at
+  ``pi_old`` only. So the *divergence step* (:func:`exact_step_logit`: the
+  Gibbs tilt of Theorem 2 for the forward KL, or
+  :func:`~grpo_companion.theory.kl_estimators.reverse_kl_policy` for the
+  reverse KL, whose fixed points solve ``p (1 - p) Omega(p) = beta (p - p_ref)``)
+  has the fixed points of the trained loss and its on-policy gradient, but is
+  the optimum of one round for ``k3_ratio`` alone. The optimum of one round of
+  the sampled loss is :func:`round_step_logit` (plain ``k3`` from ``p_ref =
+  0.3`` at ``beta = 1``, ``G = 8``, TRL's calibration: 0.62 against the reverse-KL
+  step's 0.69);
 - **the group size** gives the expected weights of a group of ``G``
   (``Calibration(group_size=G)``, Section 3 of the paper);
-- **mu optimiser steps** (with clipping) take a fraction of that one-step
-  optimum, which no theorem gives.
+- **mu optimiser steps** (with clipping) take a fraction of a step, which no
+  theorem gives.
 
 So the prediction here is the *relaxed* recurrence of the trained objective,
 
     L_n = (1 - lam) L_{n-1} + lam logit T(p_{n-1}),
 
-with ``T`` the PoS of the tabular optimum of one iteration's objective
-(:func:`exact_step_logit`) and ``lam`` in ``(0, 1]`` fitted
-(:func:`fit_step_fraction`). For the forward KL this is chapter 8's relaxed
-recurrence (the two-KL recurrence of Theorem 9 with share ``lam`` and weight
-``beta / lam``); for every estimator its fixed points are those of ``T``,
-whatever ``lam``. Clipping enters only through ``lam``.
+with ``T`` the divergence step (:func:`exact_step_logit`) and ``lam`` in
+``(0, 1]`` fitted (:func:`fit_step_fraction`). For the forward KL this is
+chapter 8's relaxed recurrence (the two-KL recurrence of Theorem 9 with share
+``lam`` and weight ``beta / lam``); for every estimator its fixed points are
+those of ``T`` (and of the solved rounds), whatever ``lam``. Clipping enters
+only through ``lam``.
 
-:func:`one_step_tv` measures how far a parametric policy is from ``T``'s
-tabular optimum after one iteration: the increment of Theorem 10's
-Assumption 1, taken one step at a time.
+:func:`one_step_tv` measures how far a parametric policy is, after one
+iteration, from the tabular policy that a step ``T`` reaches from the same
+previous policy: a one-step analog of Theorem 10's ``delta_n``, which the
+paper defines against the exact orbit started at ``pi_ref``.
 """
 
 from __future__ import annotations
@@ -119,15 +128,17 @@ def exact_step_logit(
     calibration: Calibration | None = None,
     **calibration_kwargs: Any,
 ) -> np.ndarray:
-    """Success logit of the tabular optimum of one GRPO iteration from PoS ``sigmoid(logit_p)``.
+    """Success logit of the divergence step of one GRPO iteration from PoS ``sigmoid(logit_p)``.
 
-    The objective is ``E_pi[A] - beta D(pi)`` with the calibrated advantage
+    The step maximises ``E_pi[A] - beta D(pi)`` with the calibrated advantage
     ``+w+`` / ``-w-`` at the previous PoS and ``D`` the divergence that
-    ``estimator``'s expected gradient penalises: the forward KL (Theorem 2's
-    map ``h``, in logits ``L_ref + Omega / beta``) or the reverse KL
-    (:func:`~grpo_companion.theory.kl_estimators.reverse_kl_pos`). In both
-    the failures keep ``pi_ref``'s relative probabilities, so the PoS is the
-    whole of the step.
+    ``estimator``'s expected gradient penalises at ``pi_old``: the forward KL
+    (Theorem 2's map ``h``, in logits ``L_ref + Omega / beta``) or the reverse KL
+    (:func:`~grpo_companion.theory.kl_estimators.reverse_kl_pos`). In both the
+    failures keep ``pi_ref``'s relative probabilities, so the PoS is the whole
+    of the step. It has the trained loss's fixed points and on-policy
+    gradient; it is the optimum of one round of the sampled loss for
+    ``k3_ratio`` (and the exact KL) only, :func:`round_step_logit` otherwise.
     """
     target = ESTIMATOR_TARGETS[_check_estimator(estimator)]
     lp, lr, b, cal = _step_inputs(logit_p, logit_p_ref, beta, calibration, calibration_kwargs)
@@ -362,9 +373,9 @@ def one_step_tv(
     correct: ArrayLike,
     logit_target: ArrayLike,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Total variation from a policy to the tabular optimum with success logit ``logit_target``.
+    """Total variation from a policy to the tabular step with success logit ``logit_target``.
 
-    The optimum of one iteration's objective (:func:`exact_step_logit`) puts
+    A step of :func:`exact_step_logit` or :func:`round_step_logit` puts
     ``p* = sigmoid(logit_target)`` on the correct output and spreads ``1 - p*``
     over the failures in ``pi_ref``'s proportions. For a policy ``pi`` on the
     same outputs::

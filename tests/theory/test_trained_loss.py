@@ -541,6 +541,20 @@ def test_round_step_of_plain_k3_is_not_the_reverse_kl_step():
     assert float(reverse_pos) - float(round_pos) > 0.05  # 0.69 against 0.62
 
 
+def test_round_step_of_k2_is_not_theorem_2s_step():
+    """k2's expected gradient is the forward KL's at pi_old, but one round is not the Gibbs tilt.
+
+    (The module once called the Gibbs tilt k2's one-step optimum.) Reference: the round's
+    stationarity solved by brentq in probability space (_round_reference).
+    """
+    lr, lp = theory.logit(0.3), theory.logit(0.6)
+    got = tl.round_step_logit(lp, lr, 1.0, estimator="k2", calibration=CAL)
+    gibbs = tl.exact_step_logit(lp, lr, 1.0, estimator="k2", calibration=CAL)
+    want, _ = _round_reference(0.6, 0.3, 1.0, "k2", CAL)
+    assert float(got) == pytest.approx(float(want), abs=1e-9)
+    assert abs(float(theory.sigmoid(got)) - float(theory.sigmoid(gibbs))) > 0.01
+
+
 @pytest.mark.parametrize("estimator", ["k3", "k2"])
 def test_round_step_has_the_fixed_points_of_its_divergence(estimator):
     """At a fixed point of the divergence step, the round stays there (q = p)."""
