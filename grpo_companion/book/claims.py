@@ -17,6 +17,10 @@ Statuses
     the book goes beyond the claim (e.g. finite groups) and the check passed.
 ``not reproducible here``
     the claim needs resources the book does not have; the evidence says why.
+``checked (vacuous here)``
+    a bound was checked and holds, but only because it says nothing at the
+    measured values (e.g. Theorem 10's ``2 delta*`` when ``2 delta* >= 1``):
+    not evidence for the claim, and not against it.
 ``failed``
     the check did not pass.
 ``not checked``
@@ -46,9 +50,10 @@ VERIFIED = "verified"
 CORRECTED = "verified with correction"
 EXTENDED = "extended"
 NOT_REPRODUCIBLE = "not reproducible here"
+VACUOUS = "checked (vacuous here)"
 FAILED = "failed"
 NOT_CHECKED = "not checked"
-KINDS = ("holds", "corrected", "extended", "not_reproducible")
+KINDS = ("holds", "corrected", "extended", "vacuous", "not_reproducible")
 
 #: Every claim of the paper that the book tracks: identifier -> short description.
 CLAIMS: dict[str, str] = {
@@ -97,6 +102,9 @@ CLAIMS: dict[str, str] = {
     "fig4": "Figure 4: the lower bound B(p*) on beta for local convergence",
     "fig5": "Figure 5: iterations of h for a grid of beta and p_ref",
     "appA": "Appendix A: mean success amplified by GRPO training (21% -> 37.5% on GSM8K)",
+    "toy_fig3": "The book's toy analog of Figure 3 (not a claim of the paper): in a 2-layer "
+                "transformer trained with plain k3, each prompt's exact success follows the "
+                "relaxed k3 recurrence from its own p_ref better than prompt-blind baselines",
 }
 
 
@@ -114,8 +122,9 @@ def status_of(passed: bool, kind: str = "holds") -> str:
     """Status from the outcome of a check and what kind of check it was.
 
     ``kind`` is ``"holds"`` (the statement as printed), ``"corrected"`` (a
-    corrected statement, see the errata), ``"extended"`` (beyond the paper) or
-    ``"not_reproducible"``.
+    corrected statement, see the errata), ``"extended"`` (beyond the paper),
+    ``"vacuous"`` (a bound that holds only because it is uninformative at the
+    measured values) or ``"not_reproducible"``.
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -123,7 +132,8 @@ def status_of(passed: bool, kind: str = "holds") -> str:
         return NOT_REPRODUCIBLE
     if not passed:
         return FAILED
-    return {"holds": VERIFIED, "corrected": CORRECTED, "extended": EXTENDED}[kind]
+    return {"holds": VERIFIED, "corrected": CORRECTED, "extended": EXTENDED,
+            "vacuous": VACUOUS}[kind]
 
 
 def record(claim: str, passed: bool, *, where: str, evidence: str,
@@ -180,7 +190,7 @@ def collect(paths: Iterable[Path]) -> list[ClaimRecord]:
 
 
 #: Order in which the statuses of one claim are listed (a failure first).
-STATUS_ORDER = [FAILED, CORRECTED, VERIFIED, EXTENDED, NOT_REPRODUCIBLE]
+STATUS_ORDER = [FAILED, CORRECTED, VERIFIED, EXTENDED, VACUOUS, NOT_REPRODUCIBLE]
 
 #: Pairs of statuses that cannot both be true of one claim: it holds as printed, or it
 #: needs a correction. (``extended`` and ``not reproducible here`` are about other

@@ -18,8 +18,11 @@ output distribution can be enumerated instead
   step is the reverse-KL step: it has the trained loss's fixed points and
   on-policy gradient, but it is not the optimum of one round of that loss
   (:func:`~grpo_companion.theory.trained_loss.round_step_logit`). This is a
-  one-step distance; the paper's ``delta_n`` (Assumption 1 of Theorem 10) is
-  the distance to the exact orbit started at ``pi_ref``.
+  one-step distance;
+- at every iteration, for every trained prompt in the batch, the paper's distance
+  ``D_n = TV(pi~_n, pi_n)`` to the exact orbit ``pi_n`` of the same step started
+  at ``pi_ref`` (Assumption 1 of Theorem 10 bounds its growth,
+  ``D_n <= D_{n-1} + delta_n``).
 
 :func:`run_seeds` runs several seeds, in worker processes when asked.
 """
@@ -57,6 +60,10 @@ class LongRun:
     delta, delta_pos : ``(iterations, len(trained))`` one-step distance to the divergence
         step and its PoS part; NaN where the prompt was not in that iteration's batch.
     target_logit : ``(iterations, len(trained))`` the divergence step's success logit.
+    orbit_tv : ``(iterations, len(trained))`` the paper's ``D_n``: total variation from the
+        network's policy after iteration ``n`` to the exact orbit's ``pi_n`` (the divergence
+        step iterated from ``pi_ref``, whose success logit is ``orbit_logit``); NaN where the
+        prompt was not in that iteration's batch.
     clip_fraction : ``(iterations,)`` the share of sampled tokens whose ratio was clipped, over
         the ``mu`` steps of each iteration (the trainer's ``iterations.csv`` column).
     n_outputs : how many distinct outputs a policy can produce (all enumerated).
@@ -76,6 +83,8 @@ class LongRun:
     delta: np.ndarray
     delta_pos: np.ndarray
     target_logit: np.ndarray
+    orbit_tv: np.ndarray
+    orbit_logit: np.ndarray
     sampled_held: np.ndarray
     clip_fraction: np.ndarray
     n_outputs: int
@@ -122,7 +131,9 @@ class _Recorder:
         self.cal = dataclasses.replace(config.calibration, group_size=config.group_size)
         self.position = {int(q): i for i, q in enumerate(trained)}
         n_iter, k = config.iterations, len(trained)
-        self.delta, self.delta_pos, self.target = (np.full((n_iter, k), np.nan) for _ in range(3))
+        self.delta, self.delta_pos, self.target, self.orbit_tv = (
+            np.full((n_iter, k), np.nan) for _ in range(4))
+        self.orbit = np.full((n_iter, k), np.nan)
         self.trained_rows: list[np.ndarray] = []
         self.held_rows: list[np.ndarray] = []
         # the last exact success logit of each trained prompt, and the iteration it is of
@@ -144,6 +155,12 @@ class _Recorder:
         self.previous = copy.deepcopy(self.run.policy)
         self.ref_lp, _, self.ref_logit = self._exact(self.run.ref_policy, self.trained)
         self.cache_logit[:], self.cache_iter[:] = self.ref_logit, 0
+        # the exact orbit pi_n of the divergence step from pi_ref (Theorem 10's pi_n)
+        orbit = self.ref_logit
+        for n in range(len(self.orbit)):
+            orbit = trained_loss.exact_step_logit(orbit, self.ref_logit, self.beta,
+                                                  estimator=self.kl, calibration=self.cal)
+            self.orbit[n] = orbit
         self.record()
         self.seconds, self.started = 0.0, time.perf_counter()
 
@@ -165,6 +182,8 @@ class _Recorder:
         tv, pos_part = trained_loss.one_step_tv(lp_new, self.ref_lp[cols], col, goal)
         self.delta[n - 1, cols], self.delta_pos[n - 1, cols] = tv, pos_part
         self.target[n - 1, cols] = goal
+        self.orbit_tv[n - 1, cols] = trained_loss.one_step_tv(
+            lp_new, self.ref_lp[cols], col, self.orbit[n - 1, cols])[0]
         self.previous = copy.deepcopy(self.run.policy)  # a copy of a tiny model: about 1 ms
         self.seconds += time.perf_counter() - started
         if n % self.record_every == 0 or n == self.run.config.iterations:
@@ -195,6 +214,7 @@ def run_long(config: TrainConfig, *, record_every: int = 10) -> LongRun:
         steps=steps, logit_trained=np.array(recorder.trained_rows),
         logit_held=np.array(recorder.held_rows), delta=recorder.delta,
         delta_pos=recorder.delta_pos, target_logit=recorder.target,
+        orbit_tv=recorder.orbit_tv, orbit_logit=recorder.orbit,
         sampled_held=result.success_prob,
         clip_fraction=np.array([row["clip_fraction"] for row in result.iteration_rows]),
         n_outputs=int(recorder.ref_lp.shape[1]),

@@ -17,6 +17,9 @@ def test_status_follows_the_check_and_its_kind() -> None:
     assert claims.status_of(False, "corrected") == claims.FAILED
     assert claims.status_of(True, "extended") == claims.EXTENDED
     assert claims.status_of(False, "not_reproducible") == claims.NOT_REPRODUCIBLE
+    assert claims.status_of(True, "vacuous") == claims.VACUOUS
+    assert claims.status_of(False, "vacuous") == claims.FAILED
+    assert claims.VACUOUS != claims.EXTENDED  # a vacuous bound is not a passing extension
     with pytest.raises(ValueError, match="kind must be one of"):
         claims.status_of(True, "maybe")
 

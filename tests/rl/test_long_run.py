@@ -20,6 +20,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy.special import expit
 
 from grpo_companion.rl import long_run, tasks
 from grpo_companion.rl.policies import TinyCausalTransformer
@@ -34,7 +35,8 @@ TINY = TrainConfig(task="sequence", max_operand=19, n_eval_prompts=16, eval_samp
                    group_size=4, mu=2, iterations=4, prompts_per_iteration=4, grpo_prompts=8,
                    device="cpu", progress=False, lr=1e-3, kl="k3", loss_type="dr_grpo")
 LONG_FIELDS = ("trained", "held_out", "operands_trained", "operands_held", "steps",
-               "logit_trained", "logit_held", "delta", "delta_pos", "target_logit")
+               "logit_trained", "logit_held", "delta", "delta_pos", "target_logit",
+               "orbit_tv", "orbit_logit")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -284,7 +286,7 @@ def test_run_long_shapes(long):
     assert long.trained.shape == (k,) and long.held_out.shape == (h,)
     assert long.operands_trained.shape == (k, 2) and long.operands_held.shape == (h, 2)
     assert long.logit_trained.shape == (3, k) and long.logit_held.shape == (3, h)
-    for name in ("delta", "delta_pos", "target_logit"):
+    for name in ("delta", "delta_pos", "target_logit", "orbit_tv", "orbit_logit"):
         assert getattr(long, name).shape == (TINY.iterations, k)
     assert np.all(np.isfinite(long.logit_trained)) and np.all(np.isfinite(long.logit_held))
     assert long.config.iterations == TINY.iterations and long.config.progress is False
@@ -334,6 +336,29 @@ def test_run_long_distances_exist_exactly_for_the_batch(long):
     np.testing.assert_allclose(long.delta[0, cols], tv, rtol=1e-8, atol=1e-12)
     pos = 0.5 * np.abs(np.exp(lp_new[rows, col]) - p_star)
     np.testing.assert_allclose(long.delta_pos[0, cols], pos, rtol=1e-8, atol=1e-12)
+
+
+def test_orbit_distance_is_theorem_10s_and_obeys_the_triangle_inequality():
+    """D_n = TV(pi~_n, pi_n) against the exact orbit from pi_ref (the paper's Assumption 1).
+
+    pi~_0 = pi_0 = pi_ref, so D_1 is the one-step delta_1. After that, exactly,
+    D_n <= delta_n + TV(T pi~_{n-1}, T pi_{n-1}) = delta_n + |T(p~_{n-1}) - T(p_{n-1})|,
+    because both steps put their PoS on the correct output and the rest in pi_ref's
+    failure proportions; that is the contraction argument of chapter 8.
+    """
+    full = dataclasses.replace(TINY, prompts_per_iteration=8, iterations=5)
+    run = long_run.run_long(full, record_every=5)
+    cal = Calibration(group_size=4)
+    lr = run.logit_trained[0]
+    orbit = lr
+    for n in range(full.iterations):  # the orbit, iterated here from pi_ref's logits
+        orbit = tl.exact_step_logit(orbit, lr, full.beta, estimator="k3", calibration=cal)
+        np.testing.assert_allclose(run.orbit_logit[n], orbit, rtol=1e-12, atol=1e-12)
+    assert np.all(np.isfinite(run.orbit_tv))
+    np.testing.assert_allclose(run.orbit_tv[0], run.delta[0], rtol=1e-12, atol=1e-15)
+    step_gap = np.abs(expit(run.target_logit) - expit(run.orbit_logit))
+    assert np.all(run.orbit_tv <= run.delta + step_gap + 1e-12)
+    assert np.all(run.orbit_tv[1:] > 0)
 
 
 def test_run_long_starts_at_the_reference(long):

@@ -599,3 +599,34 @@ def test_round_step_broadcasts_and_refuses_k1():
     assert np.shape(tl.round_step_logit(0.0, 0.0, 0.5, estimator="k3", calibration=CAL)) == ()
     with pytest.raises(ValueError, match="estimator must be one of"):
         tl.round_step_logit(0.0, 0.0, 0.5, estimator="k1", calibration=CAL)
+
+
+def test_forward_destinations_are_not_all_near_1_at_chapter_8s_settings():
+    """Below p_ref ~ 4e-9 (beta 0.1, G 16, the trainer's calibration) a lower fixed point
+    catches the prompt; chapter 8 once said every p_ref > 0 ends within 1e-6 of 1.
+
+    Reference: sign changes of L_ref + Omega(sigmoid(L)) / beta - L on a grid of 20001
+    logits, each refined by brentq (xtol 1e-12), written here from the calibration alone.
+    """
+    cal = Calibration(normalization="mean_std", eps=1e-5, eps_placement="sqrt", ddof=0,
+                      group_size=16)
+    beta = 0.1
+
+    def roots(p_ref):
+        lr = float(theory.logit(p_ref))
+        def g(L):
+            return lr + cal.omega(theory.sigmoid(L)) / beta - L
+        grid = np.linspace(-30.0, 40.0, 20001)
+        vals = g(grid)
+        where = np.nonzero(np.sign(vals[:-1]) != np.sign(vals[1:]))[0]
+        return [optimize.brentq(lambda x: float(g(x)), grid[i], grid[i + 1], xtol=1e-12)
+                for i in where]
+
+    low = roots(1e-9)
+    assert len(low) == 3
+    dest = tl.destination(np.array([1e-9, 1e-8]), beta, estimator="k3_ratio", calibration=cal)
+    assert float(dest[0]) == pytest.approx(float(theory.sigmoid(low[0])), abs=1e-9)
+    assert 0.3 < dest[0] < 0.4  # the old claim: within 1e-6 of 1
+    high = roots(1e-8)
+    assert len(high) == 1 and dest[1] == pytest.approx(float(theory.sigmoid(high[0])), abs=1e-9)
+    assert 1 - dest[1] < 1e-6
