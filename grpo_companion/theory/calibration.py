@@ -9,7 +9,7 @@ the calibration only through ``Omega = w+ + w-``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, fields
 from functools import cached_property
 from typing import Any
 
@@ -73,6 +73,17 @@ class Calibration:
     ddof : {0, 1}
         Group standard deviation with ``1 / G`` (0) or Bessel's ``1 / (G - 1)``
         (1, as ``torch.std`` and TRL). Only used when ``group_size`` is set.
+    definition : Normalization, optional
+        The registered normalisation to use; by default the one registered
+        under ``normalization`` now. It is bound: a calibration keeps the
+        function it was built with when the name is registered again
+        (``register_normalization(..., replace=True)``), and so do
+        ``dataclasses.replace`` (for example ``replace(cal, group_size=G)``),
+        copies and pickles of it. A ``definition`` of another name is ignored
+        (so ``replace(cal, normalization=...)`` picks that name's
+        registration). Not a dataclass field: ``fields``, ``asdict`` and the
+        repr show the five parameters above, while equality and hashing also
+        compare the bound definition.
 
     Notes
     -----
@@ -90,9 +101,17 @@ class Calibration:
     eps_placement: str = "sqrt"
     group_size: int | None = None
     ddof: int = 0
+    definition: InitVar[Normalization | None] = None
 
-    def __post_init__(self) -> None:
-        check_choice("normalization", self.normalization, tuple(NORMALIZATIONS))
+    def __post_init__(self, definition: Normalization | None) -> None:
+        if definition is not None and not isinstance(definition, Normalization):
+            raise ValueError("definition must be a registered Normalization (an entry of "
+                             f"NORMALIZATIONS) or None, got {definition!r}")
+        if definition is None or definition.name != self.normalization:
+            check_choice("normalization", self.normalization, tuple(NORMALIZATIONS))
+            definition = NORMALIZATIONS[self.normalization]
+        # bound here, once: the registry may change later (replace=True, unregister)
+        object.__setattr__(self, "definition", definition)
         check_choice("eps_placement", self.eps_placement, EPS_PLACEMENTS)
         eps = float(check_real("eps", self.eps, 0.0, scalar=True))
         if not (eps == 0 or eps >= 1e-300):
@@ -105,11 +124,30 @@ class Calibration:
             check_memory("group_size", g, 64.0 * (g + 1), "the finite-group weights")
             object.__setattr__(self, "group_size", g)
 
+    # ------------------------------------------ identity, copies and pickling
+    def _identity(self) -> tuple[Any, ...]:
+        return (*(getattr(self, f.name) for f in fields(self)), self.definition)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._identity() == other._identity()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the parameters and the bound definition; not the caches (large tables, and a
+        # compiled SymPy function that cannot be pickled), which are rebuilt on demand
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        state["definition"] = self.definition
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
+
     # ------------------------------------------------------------------ helpers
-    @cached_property
-    def definition(self) -> Normalization:
-        """The registered normalisation (kept as it was when this calibration was made)."""
-        return NORMALIZATIONS[self.normalization]
 
     @cached_property
     def undefined_at_boundary(self) -> bool:
@@ -138,10 +176,21 @@ class Calibration:
     def _generic_weights(self, logit_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Population weights straight from the definition, at ``p`` and ``1 - p`` from L."""
         succ, fail = expit(logit_p), expit(-logit_p)
-        plus, minus = self.definition.gains(succ, fail, None, self, NUMPY_OPS)
+        with np.errstate(divide="ignore", invalid="ignore"):  # NaN is reported below
+            plus, minus = self.definition.gains(succ, fail, None, self, NUMPY_OPS)
         shape = np.shape(logit_p)  # a constant gain (succ-free) still gets the input's shape
-        return (np.broadcast_to(np.asarray(plus, dtype=np.float64), shape).copy()[()],
-                np.broadcast_to(np.asarray(minus, dtype=np.float64), shape).copy()[()])
+        plus = np.broadcast_to(np.asarray(plus, dtype=np.float64), shape).copy()
+        minus = np.broadcast_to(np.asarray(minus, dtype=np.float64), shape).copy()
+        # at p in {0, 1} (infinite logits) NaN means "undefined at the boundary", which the
+        # public methods refuse before they get here (see undefined_at_boundary)
+        bad = (np.isnan(plus) | np.isnan(minus)) & np.isfinite(logit_p)
+        if bad.any():
+            at = float(np.broadcast_to(logit_p, shape)[bad].flat[0])
+            raise ValueError(
+                f"normalisation {self.normalization!r}: the population gains are not finite "
+                f"(NaN) at p = {float(expit(at))!r} (logit {at!r}); gains must be finite for "
+                "p in (0, 1)")
+        return plus[()], minus[()]
 
     @cached_property
     def _generic_omega_prime(self) -> Any:

@@ -325,19 +325,34 @@ def pos_map_derivative(
     lp, lr, b, a, cal = _prepare(lp, lr, beta, alpha, calibration, calibration_kwargs,
                                  names=("p", "p_ref"))
     nxt = _map_logit(lp, lr, b, a, cal)
-    slope = _map_logit_slope(lp, b, a, cal)
+    omega_prime = cal.omega_prime_unchecked(lp)
+    with np.errstate(over="ignore"):
+        slope = (1.0 - a) + omega_prime / b
     # h (1 - h) / (p (1 - p)), formed in log space
     log_ratio = _log_bernoulli_variance(nxt) - _log_bernoulli_variance(lp)
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         ratio = np.exp(log_ratio)
-    big = np.isinf(ratio)
-    if not np.any(big):
-        return (ratio * slope)[()]
-    # p within ~1e-300 of 0 or 1: the ratio overflows, multiply in log space (0 if slope = 0)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        far = np.sign(slope) * np.exp(log_ratio + np.log(np.abs(slope)))
         near = ratio * slope
-    return np.where(big, np.where(slope == 0, 0.0, far), near)[()]
+    redo = ~np.isfinite(near)
+    if np.any(redo):
+        # The ratio overflows (p within ~1e-300 of 0 or 1), or Omega' / beta does (beta
+        # tiny; then h is 1 or 0 to far below float64 and the ratio is 0, and 0 * inf is
+        # NaN): multiply in log space. Where Omega' / beta overflows, 1 - alpha <= 1 is
+        # below its last digit, so log |slope| = log |Omega'| - log beta.
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            over = np.isinf(slope) & np.isfinite(omega_prime)
+            log_slope = np.where(over, np.log(np.abs(omega_prime)) - np.log(b),
+                                 np.log(np.abs(slope)))
+            far = np.sign(slope) * np.exp(log_ratio + log_slope)
+        near = np.where(redo, np.where(slope == 0, 0.0, far), near)
+    if np.isnan(near).any():  # not expected: the map itself is undefined there
+        at = np.flatnonzero(np.isnan(np.broadcast_to(near, lp.shape)))[0]
+        raise ValueError(
+            "h'(p) is undefined for these arguments: the map's logit "
+            f"{float(nxt.flat[at])!r} or its slope {float(slope.flat[at])!r} is not a number "
+            f"(p={float(special.expit(lp.flat[at]))!r}, beta={float(b.flat[at])!r}, "
+            f"alpha={float(a.flat[at])!r}); a larger beta or eps keeps Omega / beta finite")
+    return near[()]
 
 
 def stability_bound(

@@ -67,10 +67,33 @@ def _group_table(calibration: object, group_size: int) -> tuple[np.ndarray, np.n
     k = np.arange(1, g, dtype=np.float64)
     plus, minus = np.zeros(g + 1), np.zeros(g + 1)
     if g > 1:
-        got = calibration.definition.gains(k / g, (g - k) / g, g, calibration, NUMPY_OPS)
-        plus[1:g], minus[1:g] = (np.broadcast_to(np.asarray(x, dtype=np.float64), k.shape)
-                                 for x in got)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # reported below
+            got = calibration.definition.gains(k / g, (g - k) / g, g, calibration, NUMPY_OPS)
+            plus[1:g], minus[1:g] = (np.broadcast_to(np.asarray(x, dtype=np.float64), k.shape)
+                                     for x in got)
+        _check_table(calibration, g, plus, minus)
     return plus, minus
+
+
+def _check_table(calibration: object, g: int, plus: np.ndarray, minus: np.ndarray) -> None:
+    """Every gain of a group of ``g`` must be finite and ``>= 0``; name the first that is not.
+
+    Registration tries a few group sizes only; this runs for each group size a
+    calibration is used with, before any weight, fixed point or advantage is
+    formed from the table (which would otherwise turn a bad gain into NaN or a
+    wrong sign silently).
+    """
+    name = calibration.normalization
+    for problem, bad in (("not finite", ~(np.isfinite(plus) & np.isfinite(minus))),
+                         ("negative", (plus < 0) | (minus < 0))):
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            rule = ("must be finite" if problem == "not finite" else
+                    "are magnitudes (a success gets +plus, a failure -minus) and must be >= 0")
+            raise ValueError(
+                f"normalisation {name!r}: gains are {problem} for group size {g} at k = {k} "
+                f"successes (plus={plus[k]!r}, minus={minus[k]!r}); gains {rule} for every "
+                f"0 < k < G (here {int(bad.sum())} of the {g - 1} values of k fail)")
 
 
 def _group_gains(calibration: object) -> tuple[np.ndarray, np.ndarray]:

@@ -237,6 +237,36 @@ def _check_per_group(name: str, gains: Callable[..., tuple[Any, Any]]) -> None:
                 "Model the batch effect outside the registry instead")
 
 
+def _check_symbolic(name: str, gains: Callable[..., tuple[Any, Any]]) -> None:
+    """Refuse a ``gains`` that does not run on SymPy symbols (for example ``np.sqrt``).
+
+    The SymPy expressions, ``Omega'`` of a normalisation without kernels and the
+    torch advantages all call ``gains`` with another array library's ``ops``; a
+    function that calls numpy itself only works on numpy arrays.
+    """
+    import sympy as sp
+
+    p, q = sp.symbols("p q", positive=True)
+    k = sp.Symbol("k", positive=True)
+    ops = sympy_ops()
+    for placement in EPS_PLACEMENTS:
+        for eps in (sp.Symbol("eps", positive=True), sp.Integer(0)):
+            spec = SimpleNamespace(normalization=name, eps=eps, eps_placement=placement,
+                                   group_size=None, ddof=1)
+            for succ, fail, n in ((p, q, None), (k / 8, (8 - k) / 8, 8)):
+                try:
+                    plus, minus = gains(succ, fail, n, spec, ops)
+                    sp.sympify(plus, strict=True)
+                    sp.sympify(minus, strict=True)
+                except Exception as err:  # noqa: BLE001 - any failure is a bad registration
+                    raise ValueError(
+                        f"normalisation {name!r}: gains(succ, fail, n, cal, ops) failed on SymPy "
+                        f"symbols ({type(err).__name__}: {err}); the one function must run on "
+                        "numpy arrays, torch tensors and SymPy expressions alike: use ops.sqrt "
+                        "and ops.maximum (not np.sqrt, np.maximum, math.sqrt, ...) and plain "
+                        "arithmetic") from err
+
+
 def register_normalization(
     name: str,
     gains: Callable[..., tuple[Any, Any]],
@@ -268,8 +298,18 @@ def register_normalization(
     Raises
     ------
     ValueError
-        If the name is taken, or ``gains`` fails, is not finite and non-negative,
-        or is not a function of one group's ``(k, n)``.
+        If the name is taken, or ``gains`` fails on numpy arrays or on SymPy
+        symbols (it must use ``ops.sqrt`` / ``ops.maximum``, not numpy's), is
+        not finite and non-negative for the sizes tried, or is not a function of
+        one group's ``(k, n)``. Every other group size is checked when its
+        advantage table is built (:func:`~grpo_companion.theory.finite_group.group_table`),
+        so a gain that is negative or not finite only for, say, ``G = 16``
+        raises there, naming the group size and ``k``.
+
+    Notes
+    -----
+    A :class:`~grpo_companion.theory.Calibration` keeps the registration it was
+    built with: replacing a registration changes calibrations built afterwards.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be a Python identifier, got {name!r}")
@@ -279,6 +319,7 @@ def register_normalization(
     if not callable(gains):
         raise ValueError(f"gains must be callable, got {gains!r}")
     _check_per_group(name, gains)
+    _check_symbolic(name, gains)
     entry = Normalization(name, gains, str(summary), bool(uses_eps), bool(uses_ddof), kernels)
     NORMALIZATIONS[name] = entry
     return entry

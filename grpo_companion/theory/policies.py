@@ -24,6 +24,7 @@ from ._validate import (
     check_success_mask,
 )
 from .calibration import Calibration, resolve_calibration
+from .logistic import logit
 
 __all__ = [
     "anchored_policy",
@@ -91,11 +92,39 @@ def geometric_anchor(pi_ref: ArrayLike, pi_prev: ArrayLike, alpha: ArrayLike) ->
 
 
 def _geometric_anchor(ref: np.ndarray, prev: np.ndarray, a: np.ndarray) -> np.ndarray:
-    log_anchor = _scaled_log(a, _log(ref)) + _scaled_log(1.0 - a, _log(prev))
-    norm = special.logsumexp(log_anchor, axis=-1, keepdims=True)
+    return np.exp(_log_geometric_anchor(_log(ref), _log(prev), a))
+
+
+def _log_geometric_anchor(log_ref: np.ndarray, log_prev: np.ndarray,
+                          a: np.ndarray) -> np.ndarray:
+    """``log anchor`` of Lemma 2 from log-policies, normalised."""
+    log_anchor = _scaled_log(a, log_ref) + _scaled_log(1.0 - a, log_prev)
+    with np.errstate(divide="ignore"):
+        norm = special.logsumexp(log_anchor, axis=-1, keepdims=True)
     if np.isneginf(norm).any():
         raise ValueError("pi_ref and pi_prev have disjoint supports: the anchor has no mass")
-    return np.exp(log_anchor - norm)
+    return log_anchor - norm
+
+
+def _pos_logit(log_pi: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Logit of the PoS of a log-policy: ``log P(success) - log P(failure)``, exact near 0, 1.
+
+    ``+inf`` (``-inf``) when the failures (successes) have no mass.
+    """
+    with np.errstate(divide="ignore"):
+        log_s = special.logsumexp(np.where(mask, log_pi, -np.inf), axis=-1)
+        log_f = special.logsumexp(np.where(mask, -np.inf, log_pi), axis=-1)
+    return log_s - log_f
+
+
+def _check_pos(name: str, logit_nu: np.ndarray, cal: Calibration) -> None:
+    """Refuse a given policy with PoS 0 or 1 where Omega is infinite there (eps = 0)."""
+    if cal.undefined_at_boundary and np.isinf(logit_nu).any():
+        value = float(np.asarray(logit_nu)[np.isinf(logit_nu)].flat[0])
+        raise ValueError(
+            f"{name} must give mass to successes and to failures (PoS in (0, 1)) when eps=0 "
+            "with population whitening (Omega is infinite at PoS 0 and 1); got "
+            f"{name} with PoS={1.0 if value > 0 else 0.0!r}")
 
 
 def anchored_policy(
@@ -118,15 +147,33 @@ def anchored_policy(
     b = check_beta(beta)[..., None]
     cal = resolve_calibration(calibration, **calibration_kwargs)
     anc, mask, pn, b = broadcast(anchor=anc, success_mask=mask, p_nu=pn, beta=b)
-    return _anchored_policy(anc, mask, pn[..., 0], b, cal)
+    logit_nu = logit(pn[..., 0])
+    cal.check_boundary(logit_nu, "p_nu")
+    return np.exp(_log_anchored_policy(_log(anc), mask, logit_nu, b, cal))
 
 
-def _anchored_policy(anc: np.ndarray, mask: np.ndarray, p_nu: np.ndarray, b: np.ndarray,
-                     cal: Calibration) -> np.ndarray:
-    w_plus, w_minus = cal.weights(p_nu)
-    adv = np.where(mask, np.asarray(w_plus)[..., None], -np.asarray(w_minus)[..., None])
-    log_pi = _log(anc) + adv / b
-    return np.exp(log_pi - special.logsumexp(log_pi, axis=-1, keepdims=True))
+def _log_anchored_policy(log_anc: np.ndarray, mask: np.ndarray, logit_nu: np.ndarray,
+                         b: np.ndarray, cal: Calibration) -> np.ndarray:
+    """``log pi*`` of Theorem 8 from ``log anchor`` and the logit of the sampler's PoS.
+
+    The softmax is unchanged when every advantage is shifted by ``-w+``, so a
+    success gets 0 and a failure ``-Omega / beta``: finite, or ``-inf`` where
+    ``Omega / beta`` exceeds float64 (``beta`` near 0, ``eps = 0``), with no
+    ``inf - inf``. ``logit_nu = +-inf`` (PoS 1 or 0, reached by an iteration)
+    gives the limit of ``p_nu -> 1, 0``.
+    """
+    with np.errstate(over="ignore", divide="ignore"):
+        drop = cal.omega_unchecked(logit_nu)[..., None] / b
+        far = ~np.isfinite(drop)
+        if far.any():  # Omega itself or Omega / beta beyond float64: from log Omega
+            log_om = cal.log_omega_unchecked(logit_nu)[..., None]
+            drop = np.where(far, np.exp(log_om - np.log(b)), drop)
+    log_pi = log_anc + np.where(mask, 0.0, -drop)
+    with np.errstate(divide="ignore"):
+        norm = special.logsumexp(log_pi, axis=-1, keepdims=True)
+    # an anchor without successes while Omega / beta is infinite: every failure is shifted
+    # alike, so the policy is the anchor (the limit of a large finite shift)
+    return np.where(np.isneginf(norm), log_anc, log_pi - norm)
 
 
 def optimal_policy(
@@ -159,9 +206,18 @@ def optimal_policy(
 def _optimal_policy(ref: np.ndarray, prev: np.ndarray, mask: np.ndarray, b: np.ndarray,
                     a: np.ndarray, cal: Calibration) -> np.ndarray:
     """:func:`optimal_policy` on checked inputs broadcast to one shape."""
-    anchor = _geometric_anchor(ref, prev, a)
-    p_prev = np.minimum(np.sum(np.where(mask, prev, 0.0), axis=-1), 1.0)
-    return _anchored_policy(anchor, mask, p_prev, b, cal)
+    log_prev = _log(prev)
+    logit_prev = _pos_logit(log_prev, mask)
+    _check_pos("pi_prev", logit_prev, cal)
+    return np.exp(_log_optimal_policy(_log(ref), log_prev, logit_prev, mask, b, a, cal))
+
+
+def _log_optimal_policy(log_ref: np.ndarray, log_prev: np.ndarray, logit_prev: np.ndarray,
+                        mask: np.ndarray, b: np.ndarray, a: np.ndarray,
+                        cal: Calibration) -> np.ndarray:
+    """``log`` of eq. (17)'s policy from log-policies and the logit of ``pi_prev``'s PoS."""
+    log_anchor = _log_geometric_anchor(log_ref, log_prev, a)
+    return _log_anchored_policy(log_anchor, mask, logit_prev, b, cal)
 
 
 def renyi_correction(
@@ -215,7 +271,12 @@ def policy_iterate(
 ) -> np.ndarray:
     """Policies ``pi_0, ..., pi_n`` of GRPO iterations (eq. 17), ``pi_0 = pi_ref`` by default.
 
-    Returns shape ``(n_steps + 1, *policy_shape)``.
+    Returns shape ``(n_steps + 1, *policy_shape)``. The iteration runs on
+    log-policies, so it stays finite for every ``beta > 0``: with ``eps = 0``
+    and ``beta`` near 0 an iterate whose PoS reaches 1 (failures' mass below
+    float64) continues as the limit ``p -> 1`` (the anchor's successes).
+    A ``pi_0`` with PoS 0 or 1 is refused when ``eps = 0`` whitening makes
+    ``Omega`` infinite there.
     """
     cal = resolve_calibration(calibration, **calibration_kwargs)
     ref = check_probability_vector("pi_ref", pi_ref)
@@ -227,8 +288,12 @@ def policy_iterate(
     ref, current, mask, b, a = broadcast(pi_ref=ref, pi_0=current, success_mask=mask, beta=b,
                                          alpha=a)
     check_memory("n_steps", n_steps, 8.0 * (n_steps + 1) * current.size, "the policy path")
+    # the iteration runs on log-policies: a PoS closer to 1 than float64 resolves keeps its
+    # exact logit for the next step's weights (the returned probabilities round it to 1)
+    log_ref, log_pi = _log(ref), _log(current)
+    _check_pos("pi_ref" if pi_0 is None else "pi_0", _pos_logit(log_pi, mask), cal)
     out = [current]
     for _ in range(n_steps):
-        current = _optimal_policy(ref, current, mask, b, a, cal)
-        out.append(current)
+        log_pi = _log_optimal_policy(log_ref, log_pi, _pos_logit(log_pi, mask), mask, b, a, cal)
+        out.append(np.exp(log_pi))
     return np.stack(out)

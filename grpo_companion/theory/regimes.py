@@ -96,8 +96,16 @@ def classify_dynamics(
     or a 2-cycle when its last logits repeat with that period to relative
     tolerance ``tol``; mirror maps (``alpha = 0``, Theorem 5) and orbits whose
     logit overflows saturate; ``p = 0`` with nothing to lift it is absorbed.
-    Near-neutral cells (``|h'(p*)|`` close to 1) may need more steps and are
-    reported as irregular with a Lyapunov exponent close to 0.
+    A cell still moving when the run ends, but monotonically with shrinking
+    steps (a slow contraction such as a small ``alpha``, ``h'(p*)`` just below
+    1), is a fixed point when its geometric tail points at an attracting fixed
+    point: the first root of ``L_ref + Omega(L) / (alpha beta) - L`` ahead of
+    the orbit, which must agree with the tail's Aitken extrapolation; its
+    limits are that fixed point (found by :func:`fixed_points_logit`, so
+    ``(1, 1)`` for a fixed point closer to 1 than float64 resolves) and its
+    period is 1. Other near-neutral cells (``|h'(p*)|`` close to 1, e.g.
+    oscillating) may need more steps and are reported as irregular with a
+    Lyapunov exponent close to 0.
     """
     lp = logit(check_probability("p0", p0))
     lr = logit(check_probability("p_ref", p_ref))
@@ -134,6 +142,11 @@ def classify_dynamics(
         with np.errstate(invalid="ignore"):
             period = np.where(np.abs(last - hist[-1 - k]) <= scale, k, period)
 
+    limit_logit = np.array(last, dtype=np.float64)
+    converging, target = _slow_convergence(hist, period, lr, b, a, cal, tol)
+    period = np.where(converging, 1, period)
+    limit_logit = np.where(converging, target, limit_logit)
+
     regime = np.full(last.shape, int(Regime.IRREGULAR))
     regime = np.where(period == 1, int(Regime.FIXED_POINT), regime)
     regime = np.where(period == 2, int(Regime.CYCLE_2), regime)
@@ -146,13 +159,57 @@ def classify_dynamics(
 
     pair = np.sort(np.stack([hist[-1], hist[-2]], axis=-1), axis=-1)
     limits = np.full((*last.shape, 2), np.nan)
-    limits = np.where((regime == Regime.FIXED_POINT)[..., None], special.expit(last)[..., None],
-                      limits)
+    limits = np.where((regime == Regime.FIXED_POINT)[..., None],
+                      special.expit(limit_logit)[..., None], limits)
     limits = np.where((regime == Regime.CYCLE_2)[..., None], special.expit(pair), limits)
     limits = np.where((regime == Regime.SATURATES)[..., None], 1.0, limits)
     limits = np.where((regime == Regime.ABSORBED)[..., None], 0.0, limits)
     lyap = np.where(np.isinf(last) | np.isinf(lp), np.nan, lyap)
     return DynamicsResult(regime, period, limits, lyap, last)
+
+
+def _slow_convergence(
+    hist: np.ndarray, period: np.ndarray, lr: np.ndarray, b: np.ndarray, a: np.ndarray,
+    cal: Calibration, tol: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Cells whose orbit is still approaching an attracting fixed point, and its logit.
+
+    ``hist`` holds the last logits of every cell (oldest first). A cell
+    qualifies when it has no period yet, moves monotonically with step ratios
+    in (0, 1) over the whole window, and the first fixed point ahead of it
+    (in the direction it moves) is attracting and agrees with the Aitken
+    extrapolation ``L + d r / (1 - r)`` of its last step ``d`` and ratio ``r``.
+    """
+    converging = np.zeros(period.shape, dtype=bool)
+    target = np.full(period.shape, np.nan)
+    if hist.shape[0] < 4:
+        return converging, target
+    last = hist[-1]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        steps = np.diff(hist, axis=0)
+        ratio = steps[1:] / steps[:-1]
+        monotone = np.all(steps > 0, axis=0) | np.all(steps < 0, axis=0)
+        contracting = np.all((ratio > 0) & (ratio < 1), axis=0)
+    cand = (period == 0) & (a > 0) & np.isfinite(last) & monotone & contracting
+    if not cand.any():
+        return converging, target
+    x, d, r = last[cand], steps[-1][cand], ratio[-1][cand]
+    aitken = x + d * r / (1.0 - r)
+    roots = np.atleast_2d(fixed_points_logit(lr[cand], b[cand], alpha=a[cand], calibration=cal))
+    with np.errstate(invalid="ignore"):
+        ahead = (roots - x[:, None]) * np.sign(d)[:, None] > 0  # NaN padding: False
+    dist = np.where(ahead, np.abs(roots - x[:, None]), np.inf)
+    j = np.argmin(dist, axis=-1) if dist.shape[-1] else np.zeros(x.shape, dtype=np.int64)
+    gap = dist[np.arange(x.size), j] if dist.shape[-1] else np.full(x.shape, np.inf)
+    root = np.where(np.isfinite(gap), roots[np.arange(x.size), j] if dist.shape[-1] else 0.0,
+                    np.nan)
+    with np.errstate(invalid="ignore", over="ignore"):
+        slope = (1.0 - a[cand]) + cal.omega_prime_unchecked(np.nan_to_num(root)) / b[cand]
+        agree = np.abs(aitken - root) <= 0.1 * gap + tol * np.maximum(1.0, np.abs(root))
+    ok = np.isfinite(gap) & agree & (np.abs(slope) < 1.0)
+    converging[cand] = ok
+    target[cand] = np.where(ok, root, np.nan)
+    return converging, target
 
 
 def period_two_orbits_logit(

@@ -232,7 +232,11 @@ OVERRIDES: dict[str, dict[str, Kind]] = {
     "variants": {},
     "group_gains": {"eps": _one(1e-5, {"negative": -1.0, "inf": INF, "subnormal": 1e-310})},
     "Calibration": {"group_size": Kind(None, {k: v for k, v in _count(4, 2, sizes_memory=True)
-                                              .bad.items() if k != "None"}, optional=True)},
+                                              .bad.items() if k != "None"}, optional=True),
+                    # the bound registration (a Normalization) or None for the registry's
+                    "definition": Kind(None, {"str": "mean_std", "int": 3, "bool": True,
+                                              "function": lambda s, f, n, cal, ops: (f, s)},
+                                       optional=True)},
     "weights": {"group_size": Kind(None, {k: v for k, v in _count(4, 2, sizes_memory=True)
                                           .bad.items() if k != "None"}, optional=True)},
     "local_contraction": {"n_samples": _count(17, 3), "n_steps": _count(20, 1)},
