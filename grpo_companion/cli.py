@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -101,9 +102,12 @@ def run_chapter(source: Path, output: Path, params: dict[str, object], cell_time
     """Execute one chapter source into ``output`` as the book build does.
 
     Refuses (with :class:`~grpo_companion.book.pipeline.UsageError`) an output
-    that is the source itself, is not ``.ipynb``, or is an existing file that
-    is not a notebook, and parameters the chapter does not declare or whose type
-    differs from the default's.
+    that is the source itself (the same file by any name: a symbolic or hard
+    link included), is not ``.ipynb``, or is an existing file that is not a
+    notebook, and parameters the chapter does not declare or whose type differs
+    from the default's. The output is replaced atomically once the chapter has
+    run (see :func:`~grpo_companion.book.pipeline.execute_notebook`): an
+    interrupted run leaves an earlier output as it was.
     """
     from grpo_companion.book.pipeline import (
         UsageError,
@@ -113,7 +117,7 @@ def run_chapter(source: Path, output: Path, params: dict[str, object], cell_time
     )
 
     nb = read_notebook(source)
-    if output.resolve() == source.resolve():
+    if _same_file(output, source):
         raise UsageError(f"the output {output} is the chapter source itself; "
                          "give another path ending in .ipynb")
     if output.suffix != ".ipynb":
@@ -129,6 +133,15 @@ def run_chapter(source: Path, output: Path, params: dict[str, object], cell_time
     params = notebook_parameters_for(nb, {"quick": False, **params}, str(source))
     execute_notebook(nb, output.resolve(), params, cwd=source.resolve().parent,
                      cell_timeout=cell_timeout, source=source)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """True when ``a`` and ``b`` name one file (same device and inode), or the
+    same path where one of them does not exist yet."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
 
 
 def _parameter(pairs: list[list[str]] | None) -> dict[str, object]:

@@ -14,20 +14,30 @@ then renders the staged tree with execution off and ``-n -W --keep-going``, so
 that a broken reference, a missing citation or a bad option fails the build.
 
 The staged tree is only rewritten where content changed, so that Sphinx's
-incremental build (keyed on file modification times) stays warm.
+incremental build (keyed on file modification times) stays warm. Every file is
+written atomically (an unpredictable temporary beside it, then ``os.replace``),
+each cached notebook carries a SHA-256 checksum of its bytes (a ``.sha256``
+sidecar written with it; a notebook that no longer matches is executed again),
+and one build at a time holds ``<out>/.build.lock`` (:func:`build_lock`).
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import fcntl
+import glob
 import hashlib
 import json
 import keyword
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +56,8 @@ PARAMETERS_TAG = "parameters"
 INJECTED_TAG = "injected-parameters"
 BOOK_FILES = ("_config.yml", "_toc.yml", "references.bib")
 MATHJAX_DIRNAME = "mathjax"
+LOCK_NAME = ".build.lock"
+CHECKSUM_SUFFIX = ".sha256"
 
 
 class BookBuildError(RuntimeError):
@@ -314,14 +326,88 @@ def cache_key(notebook_text: str, parameters: Mapping[str, object], library: str
 # ------------------------------------------------------------------------ files
 
 
-def write_if_changed(path: Path, data: bytes) -> bool:
-    """Atomically write ``data`` unless the file already holds it; True if written."""
-    if path.exists() and path.read_bytes() == data:
+def _temporary_prefix(path: Path) -> str:
+    return f".{path.name}.tmp-"
+
+
+#: a temporary of :func:`atomic_write`: ``.<name>.tmp-<pid>-<8 mkstemp characters>``
+#: (or ``.<name>.tmp-<pid>``, as writers before mkstemp named it)
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)(?:-[a-z0-9_]{8})?")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def _stale_temporary(name: str, target: str | None = None) -> bool:
+    """True for a temporary of :func:`atomic_write` (for ``target`` when given)
+    whose writer process is gone."""
+    match = _TEMPORARY.fullmatch(name)
+    if match is None or (target is not None and match["name"] != target):
+        return False
+    pid = int(match["pid"])
+    return pid != os.getpid() and not _process_alive(pid)
+
+
+def remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporaries that killed writers of ``path`` left beside it
+    (only names of :func:`atomic_write`'s own pattern, only of dead processes)."""
+    pattern = os.path.join(glob.escape(str(path.parent)), glob.escape(_temporary_prefix(path)))
+    for name in glob.glob(pattern + "*"):
+        if _stale_temporary(os.path.basename(name), path.name):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+
+
+def sweep_stale_temporaries(folder: Path) -> None:
+    """:func:`remove_stale_temporaries` for every file under ``folder``."""
+    for parent, _dirs, names in os.walk(folder):
+        for name in names:
+            if _stale_temporary(name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(parent, name))
+
+
+def _new_file_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary made by :func:`tempfile.mkstemp`
+    in the same folder (unpredictable, never an existing file) and ``os.replace``:
+    ``path`` holds either its earlier content or all of ``data``. The new file
+    gets the mode a plain write would give it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    remove_stale_temporaries(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{_temporary_prefix(path)}{os.getpid()}-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            os.fchmod(f.fileno(), _new_file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_if_changed(path: Path, data: bytes) -> bool:
+    """Atomically write ``data`` unless the file already holds it; True if written.
+
+    Stale temporaries of earlier, killed calls for ``path`` are removed either way."""
+    path = Path(path)
+    if path.exists() and path.read_bytes() == data:
+        remove_stale_temporaries(path)
+        return False
+    atomic_write(path, data)  # removes them too
     return True
 
 
@@ -342,16 +428,29 @@ def mathjax_source_dir() -> Path:
 def stage_mathjax(stage: Path) -> None:
     """Copy the MathJax bundle into ``_static`` so pages render math offline."""
     src = mathjax_source_dir()
-    dst = stage / "_static" / MATHJAX_DIRNAME
-    marker = dst / ".source"
+    static = stage / "_static"
+    dst = static / MATHJAX_DIRNAME
+    marker = dst / ".source"  # written last: a folder without it is a partial copy
     if marker.exists() and marker.read_text() == str(src):
         return
-    if dst.exists():
-        shutil.rmtree(dst)
-    # the speech-rule engine (sre) is only for assistive speech output; it is
-    # loaded on demand from the same local folder, so keep the full bundle
-    shutil.copytree(src, dst)
-    marker.write_text(str(src))
+    static.mkdir(parents=True, exist_ok=True)
+    prefix = f".{MATHJAX_DIRNAME}.tmp-"
+    for stale in static.glob(f"{prefix}*"):  # left by a killed build (the caller holds the lock)
+        shutil.rmtree(stale, ignore_errors=True)
+    # copy into a private folder beside it, then swap it in with renames, so that
+    # the bundle in place is always complete and a partial copy is never built on
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir=static))
+    try:
+        # the speech-rule engine (sre) is only for assistive speech output; it is
+        # loaded on demand from the same local folder, so keep the full bundle
+        copy = work / MATHJAX_DIRNAME
+        shutil.copytree(src, copy)
+        (copy / ".source").write_text(str(src))
+        if dst.exists() or dst.is_symlink():
+            os.replace(dst, work / "replaced")
+        os.replace(copy, dst)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 # --------------------------------------------------------------------- execution
@@ -484,6 +583,11 @@ def execute_notebook(
 ) -> nbformat.NotebookNode:
     """Execute ``nb`` with papermill into ``output_path`` (kept on failure).
 
+    Papermill reads and writes in a private folder (:func:`tempfile.mkdtemp`);
+    ``output_path`` is replaced atomically once papermill is done (a cell that
+    raised, timed out or killed the kernel included), so that an interrupted
+    run leaves any earlier file there as it was.
+
     The kernel runs in the pipeline's own environment
     (:func:`grpo_companion.book.kernel.kernel_session`), and the executed
     notebook is checked with :func:`check_figures`.
@@ -500,7 +604,9 @@ def execute_notebook(
     from papermill.exceptions import PapermillExecutionError
 
     output_path.parent.mkdir(parents=True, exist_ok=True)
-    input_path = output_path.with_name(f".{output_path.stem}.input.ipynb")
+    scratch = Path(tempfile.mkdtemp(prefix="grpo-companion-run-"))
+    input_path = scratch / "input.ipynb"
+    partial = scratch / "output.ipynb"  # what papermill saves as it goes
     nbformat.write(nb, input_path)
     name = str(source) if source is not None else output_path.name
     kept = f"\n  the executed notebook is kept at {output_path}"
@@ -512,7 +618,7 @@ def execute_notebook(
             try:
                 papermill.execute_notebook(
                     str(input_path),
-                    str(output_path),
+                    str(partial),
                     parameters=dict(parameters),
                     kernel_name=KERNEL_NAME,
                     cwd=str(cwd),
@@ -522,7 +628,7 @@ def execute_notebook(
                     kernel_manager_class=session.manager_class,
                 )
             except PapermillExecutionError as err:
-                executed = nbformat.read(output_path, as_version=4)
+                executed = _publish(partial, output_path, source)
                 # err.cell_index counts the cells before papermill added its error banners
                 executed.cells = [c for c in executed.cells
                                   if "papermill-error-cell-tag" not in c.metadata.get("tags", [])]
@@ -533,17 +639,30 @@ def execute_notebook(
             except (CellTimeoutError, DeadKernelError) as err:
                 what = (f"ran longer than the cell timeout of {cell_timeout} s"
                         if isinstance(err, CellTimeoutError) else "killed the kernel")
-                raise BookBuildError(
-                    f"{name}: {_running_cell(output_path, source)} {what}{kept}"
-                ) from None
+                running = _running_cell(partial, source)
+                if partial.exists():
+                    _publish(partial, output_path, source)
+                raise BookBuildError(f"{name}: {running} {what}{kept}") from None
             created = session.figures_created()
+        executed = _publish(partial, output_path, source)
     finally:
         quiet.setLevel(level)
-        input_path.unlink(missing_ok=True)
-    executed = nbformat.read(output_path, as_version=4)
+        shutil.rmtree(scratch, ignore_errors=True)
     check_figures(executed, created, name, source)
     executed.metadata[DRAWN_KEY] = {str(k): v for k, v in sorted(created.items())}
     return tag_for_the_book(executed)
+
+
+def _publish(partial: Path, output_path: Path, source: Path | None) -> nbformat.NotebookNode:
+    """Move papermill's notebook from the scratch folder to ``output_path``
+    atomically, naming the real paths (not the scratch ones) in its metadata."""
+    executed = nbformat.read(partial, as_version=4)
+    meta = executed.metadata.get("papermill")
+    if isinstance(meta, dict):
+        meta["input_path"] = str(source) if source is not None else None
+        meta["output_path"] = str(output_path)
+    atomic_write(output_path, nbformat.writes(executed).encode())
+    return executed
 
 
 def tag_for_the_book(executed: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -594,11 +713,41 @@ def _figures(n: int) -> str:
     return f"{n} figure{'s' if n != 1 else ''}"
 
 
-def _valid_cached(path: Path, source: Path) -> bool:
+def checksum_path(cached: Path) -> Path:
+    """The sidecar holding the SHA-256 of a cached notebook's bytes."""
+    return cached.with_name(cached.name + CHECKSUM_SUFFIX)
+
+
+def _checksum(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_cached(cached: Path, data: bytes) -> None:
+    """Write a cache entry: the notebook, then the checksum of exactly these bytes
+    (an entry cut short between the two has no checksum, so it is not reused)."""
+    write_if_changed(cached, data)
+    write_if_changed(checksum_path(cached), f"{_checksum(data)}\n".encode())
+
+
+def _checksum_matches(cached: Path, data: bytes) -> bool:
+    try:
+        expected = checksum_path(cached).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return expected == _checksum(data)
+
+
+def _remove_cached(cached: Path) -> None:
+    cached.unlink(missing_ok=True)
+    checksum_path(cached).unlink(missing_ok=True)
+
+
+def _valid_cached(path: Path, source: Path, data: bytes | None = None) -> bool:
     """A cached notebook is reused only if it passes :func:`check_figures` again
     (a notebook cached by an older pipeline, without the figure log, does not)."""
     try:
-        nb = nbformat.read(path, as_version=4)
+        nb = nbformat.reads((path.read_bytes() if data is None else data).decode(),
+                            as_version=4)
         drawn = nb.metadata.get(DRAWN_KEY)
         if drawn is None:
             return False
@@ -624,11 +773,85 @@ def check_selection(root: Path, toc: Mapping, select: Iterable[str]) -> None:
                          f"chapters are: {', '.join(Path(d).name for d in notebooks)}")
 
 
+def _reusable_cached(cached: Path, src: Path, doc: str, log) -> bytes | None:
+    """The bytes of a cache entry that may be staged, or None (after removing a
+    bad entry): it must pass the figure check and match its checksum."""
+    if not cached.exists():
+        return None
+    data = cached.read_bytes()
+    if not _valid_cached(cached, src, data):
+        log(f"  {doc}: cached notebook fails the figure check; executing it again")
+    elif not _checksum_matches(cached, data):
+        log(f"  {doc}: cached notebook does not match its checksum (edited, cut short or "
+            "cached before checksums); executing it again")
+    else:
+        return data
+    _remove_cached(cached)
+    return None
+
+
+_held_locks = threading.local()
+
+
+@contextlib.contextmanager
+def build_lock(out: Path):
+    """Hold ``<out>/.build.lock`` (``fcntl.flock``) for a staging or a build.
+
+    A second build into the same folder does not wait (a build takes minutes and
+    would do the same work again): it fails at once with a :class:`UsageError`,
+    which the command line reports as one line with exit status 2. The lock is
+    reentrant within a thread (:func:`build` holds it around
+    :func:`stage_documents`) and the kernel drops it when the process dies.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_NAME
+    key = os.path.realpath(path)
+    held = getattr(_held_locks, "paths", None)
+    if held is None:
+        held = _held_locks.paths = {}
+    if key in held:
+        held[key] += 1
+        try:
+            yield
+        finally:
+            held[key] -= 1
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip()
+            by = f" (pid {holder})" if holder.isdigit() else ""
+            raise UsageError(f"another build{by} is using {out}; wait for it to finish or "
+                             "pass another --out") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        held[key] = 1
+        try:
+            yield
+        finally:
+            del held[key]
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
 def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
-    """Stage every toc page, executing (or reusing) notebooks; returns timings."""
+    """Stage every toc page, executing (or reusing) notebooks; returns timings.
+
+    Holds :func:`build_lock` on ``opts.out`` throughout."""
+    with build_lock(opts.out):
+        return _stage_documents(opts, log)
+
+
+def _stage_documents(opts: BuildOptions, log) -> list[ChapterResult]:
     root, stage = opts.root, opts.stage
     stage.mkdir(parents=True, exist_ok=True)
     opts.cache.mkdir(parents=True, exist_ok=True)
+    for folder in (stage, opts.cache, opts.out / "exec"):  # left by a killed build
+        sweep_stale_temporaries(folder)
     for name in BOOK_FILES:
         copy_if_changed(root / name, stage / name)
     toc = yaml.safe_load((root / "_toc.yml").read_text())
@@ -684,13 +907,11 @@ def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
         cached = opts.cache / f"{Path(doc).name}-{key}.ipynb"
         target = stage / f"{doc}.ipynb"
         t0 = time.perf_counter()
-        if cached.exists() and not _valid_cached(cached, src):
-            log(f"  {doc}: cached notebook fails the figure check; executing it again")
-            cached.unlink()
-        if cached.exists():
-            copy_if_changed(cached, target)
-            earlier.update(cached.read_bytes())
-            figures = len(visible_figures(nbformat.read(cached, as_version=4)))
+        reused = _reusable_cached(cached, src, doc, log)
+        if reused is not None:  # stage exactly the bytes that were checked
+            write_if_changed(target, reused)
+            earlier.update(reused)
+            figures = len(visible_figures(nbformat.reads(reused.decode(), as_version=4)))
             results.append(ChapterResult(doc, True, 0.0, figures))
             log(f"  {doc}: cached ({_figures(figures)})")
             continue
@@ -702,8 +923,10 @@ def stage_documents(opts: BuildOptions, log=print) -> list[ChapterResult]:
         data = nbformat.writes(executed).encode()
         earlier.update(data)
         for old in opts.cache.glob(f"{Path(doc).name}-*.ipynb"):
-            old.unlink()
-        write_if_changed(cached, data)
+            _remove_cached(old)
+        for orphan in opts.cache.glob(f"{Path(doc).name}-*.ipynb{CHECKSUM_SUFFIX}"):
+            orphan.unlink(missing_ok=True)
+        write_cached(cached, data)
         write_if_changed(target, data)
         seconds = time.perf_counter() - t0
         figures = len(visible_figures(executed))
@@ -749,9 +972,10 @@ def build_html(opts: BuildOptions) -> None:
 def build(opts: BuildOptions, log=print) -> list[ChapterResult]:
     """Stage, execute and render the whole book; returns per-notebook timings."""
     t0 = time.perf_counter()
-    log(f"== staging and executing notebooks into {opts.stage}")
-    results = stage_documents(opts, log=log)
-    log("== building HTML with Sphinx (-n -W --keep-going)")
-    build_html(opts)
+    with build_lock(opts.out):  # one build at a time into opts.out (see build_lock)
+        log(f"== staging and executing notebooks into {opts.stage}")
+        results = stage_documents(opts, log=log)
+        log("== building HTML with Sphinx (-n -W --keep-going)")
+        build_html(opts)
     log(f"== book ready: {opts.html / 'index.html'} ({time.perf_counter() - t0:.1f} s)")
     return results
