@@ -4,6 +4,9 @@
   vocabulary, for the loss (:func:`~grpo_companion.practice.trl_bridge.loss_settings`)
   and for the theory's prediction
   (:func:`~grpo_companion.practice.trl_bridge.theory_settings`).
+- :mod:`~grpo_companion.practice.trl_coverage`: every ``GRPOConfig`` field, classified
+  as covered by the theory (with what it maps to), outside it (with why: then nothing
+  is predicted) or irrelevant to it.
 - :mod:`~grpo_companion.practice.trl_callback`: :class:`PoSProbeCallback`, which
   measures probe prompts' PoS during any ``GRPOTrainer`` run and records the
   theory's prediction next to it.

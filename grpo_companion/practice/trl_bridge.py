@@ -17,7 +17,11 @@ Two translations, both checked against TRL's own code by
   ``CALIBRATIONS["dr_grpo"]``, each with ``group_size = num_generations`` so
   that the finite-group weights are used; ``"batch"`` scales by a statistic of
   the whole batch, which couples the prompts, so there is no per-prompt
-  prediction.
+  prediction. Neither is there for any other setting that
+  :mod:`grpo_companion.practice.trl_coverage` puts outside the theory (an
+  entropy bonus, a moving reference, several rewards, another loss, sequence-level
+  ratios, truncated sampling, ...): ``TheorySettings.predicts`` is then False and
+  ``TheorySettings.reasons`` says why, one ``"name=value: why"`` per setting.
 
 Which KL the run follows. On the samples of the current policy, the expected
 gradient of ``"k3_ratio"`` is the gradient of ``KL(pi || pi_ref)``, the penalty
@@ -39,11 +43,13 @@ from typing import Any
 import numpy as np
 
 from grpo_companion import theory
+from grpo_companion.practice.trl_coverage import outside_reasons
 from grpo_companion.theory.calibration import Calibration
 from grpo_companion.theory.kl_estimators import ESTIMATOR_TARGETS, reverse_kl_pos
 
 __all__ = [
     "LOSS_TYPES",
+    "PredictedPath",
     "TheorySettings",
     "advantage_calibration",
     "iteration_of_step",
@@ -137,7 +143,12 @@ class TheorySettings:
         Optimiser steps per GRPO iteration (one generation round: sample with
         ``pi_old``, then ``num_iterations`` passes), see :func:`iteration_of_step`.
     note : str
-        One line on what is predicted, for the run's record.
+        One line on what is predicted, for the run's record; ``"no per-prompt
+        prediction: "`` followed by the reasons when there is none.
+    reasons : tuple of str
+        Why there is no per-prompt prediction, one ``"name=value: why"`` per setting
+        outside the theory (:func:`~grpo_companion.practice.trl_coverage.outside_reasons`);
+        empty when there is one.
     """
 
     beta: float
@@ -147,38 +158,41 @@ class TheorySettings:
     group_size: int
     steps_per_iteration: float
     note: str
+    reasons: tuple[str, ...] = ()
 
     @property
     def predicts(self) -> bool:
-        """False when the settings have no per-prompt prediction (``scale_rewards="batch"``)."""
-        return self.calibration is not None
+        """False when the settings have no per-prompt prediction (see ``reasons``)."""
+        return self.calibration is not None and not self.reasons
 
     def record(self) -> dict[str, Any]:
         """The settings as plain JSON-ready values."""
         cal = None if self.calibration is None else dataclasses.asdict(self.calibration)
         return {"beta": self.beta, "calibration": cal, "kl": self.kl,
                 "kl_target": self.kl_target, "group_size": self.group_size,
-                "steps_per_iteration": self.steps_per_iteration, "note": self.note}
+                "steps_per_iteration": self.steps_per_iteration, "note": self.note,
+                "reasons": list(self.reasons)}
 
 
 def theory_settings(args: Any) -> TheorySettings:
-    """The theory's reading of a ``GRPOConfig`` (β, calibration, KL, G, iteration length)."""
+    """The theory's reading of a ``GRPOConfig`` (β, calibration, KL, G, iteration length).
+
+    Every setting outside the theory (:func:`~grpo_companion.practice.trl_coverage.
+    outside_reasons`, ``scale_rewards="batch"`` among them) leaves the settings without a
+    prediction: ``calibration`` is ``None``, ``predicts`` False and ``reasons`` lists them.
+    """
     group = int(args.num_generations)
     beta = float(args.beta)
     # a config without the option is from a TRL before it existed, which computed plain k3
     kl = "k3_ratio" if _get(args, "use_bias_correction_kl", False) else "k3"
-    aggregation = _get(args, "multi_objective_aggregation", "sum_then_normalize")
     cal = advantage_calibration(args.scale_rewards, group)
-    if aggregation != "sum_then_normalize":
-        cal = None
+    reasons = outside_reasons(args)
     accumulation = int(_get(args, "gradient_accumulation_steps", 1))
     per_generation = _get(args, "steps_per_generation") or accumulation
     steps = int(per_generation) * int(_get(args, "num_iterations", 1)) / accumulation
-    if cal is None:
-        why = ("scale_rewards='batch'" if aggregation == "sum_then_normalize"
-               else f"multi_objective_aggregation={aggregation!r}")
-        note = (f"no per-prompt prediction: {why} scales every advantage by a statistic of the "
-                "whole batch, which couples the prompts")
+    if reasons or cal is None:  # cal is None for scale_rewards="batch", which is a reason
+        cal = None
+        note = "no per-prompt prediction: " + "; ".join(reasons)
     elif beta == 0:
         note = ("beta = 0: no KL term, each iteration maximises the expected advantage, so the "
                 "theory predicts PoS 1 from the first iteration for every p_ref > 0 and 0 for "
@@ -190,7 +204,8 @@ def theory_settings(args: Any) -> TheorySettings:
         note = (f"k3 without the ratio follows KL(pi_ref||pi): reverse-KL analogue of the "
                 f"recurrence (theory.kl_estimators.reverse_kl_pos), beta={beta:g}, "
                 f"{cal.normalization} calibration for groups of {group}")
-    return TheorySettings(beta, cal, kl, ESTIMATOR_TARGETS[kl], group, steps, note)
+    return TheorySettings(beta, cal, kl, ESTIMATOR_TARGETS[kl], group, steps, note,
+                          tuple(reasons))
 
 
 def iteration_of_step(step: int, settings: TheorySettings) -> int:
@@ -246,6 +261,59 @@ def predict_path(p_ref: Any, n_iterations: int, settings: TheorySettings) -> np.
     for i in range(1, n + 1):
         path[i] = _reverse_step(path[i - 1], p_ref, settings)
     return path
+
+
+class PredictedPath:
+    """:func:`predict_path` one iteration at a time, kept between calls.
+
+    ``at(n)`` is ``predict_path(p_ref, n, settings)[-1]``, bit for bit, but it steps on
+    from the last iteration asked for instead of starting again from ``p_ref``: asking
+    for iterations ``n_1 <= n_2 <= ...`` costs ``max n`` steps of the recurrence in all,
+    not ``sum n``. Asking for an earlier iteration starts again from ``p_ref``.
+    ``steps`` counts the recurrence steps taken so far.
+    """
+
+    def __init__(self, p_ref: Any, settings: TheorySettings) -> None:
+        self.p_ref = np.atleast_1d(np.asarray(p_ref, dtype=np.float64)).copy()
+        self.settings = settings
+        self.steps = 0
+        self._forward = (settings.predicts and settings.beta != 0
+                         and settings.kl_target == "forward")
+        if self._forward:  # theory.iterate's own state: the logit, so that no round trip rounds
+            self._logit_ref = theory.logit(self.p_ref)
+        self._restart()
+
+    def _restart(self) -> None:
+        self.iteration = 0
+        self._state = self._logit_ref.copy() if self._forward else self.p_ref.copy()
+
+    def at(self, n_iterations: int) -> np.ndarray:
+        """Predicted PoS after ``n_iterations`` GRPO iterations, shape ``(n_prompts,)``."""
+        n = int(n_iterations)
+        if n < 0:
+            raise ValueError(f"n_iterations must be >= 0, got {n_iterations!r}")
+        settings = self.settings
+        if not settings.predicts:
+            return np.full(self.p_ref.size, np.nan)
+        if settings.beta == 0:
+            return self.p_ref.copy() if n == 0 else np.where(self.p_ref > 0, 1.0, 0.0)
+        if n < self.iteration:
+            self._restart()
+        todo = n - self.iteration
+        if self._forward:
+            if todo:
+                self._state = theory.iterate_logit(
+                    self._state, self._logit_ref, settings.beta, todo, keep_path=False,
+                    calibration=settings.calibration).reshape(self.p_ref.shape)
+            self.steps += todo
+            self.iteration = n
+            with np.errstate(over="ignore"):  # as theory.iterate writes a path's probabilities
+                return np.reciprocal(np.exp(np.negative(self._state)) + 1.0)
+        for _ in range(todo):
+            self._state = _reverse_step(self._state, self.p_ref, settings)
+            self.steps += 1
+        self.iteration = n
+        return self._state.copy()
 
 
 def predict_limits(p_ref: Any, settings: TheorySettings,

@@ -33,8 +33,19 @@ With ``use_bias_correction_kl=False`` the estimator follows ``KL(pi_ref ||
 pi)`` instead, and the reverse-KL analogue is used. With ``beta = 0`` there is
 no KL term: the predicted PoS is 1 from the first iteration on for every
 ``p_ref > 0`` (0 stays 0), with no division by ``beta``. With
-``scale_rewards="batch"`` there is no per-prompt prediction; the predicted
-columns are empty (NaN) and the JSON record says why.
+``scale_rewards="batch"``, or any other setting outside the theory
+(:mod:`grpo_companion.practice.trl_coverage`: an entropy bonus, a moving
+reference, several rewards, another loss, ...), there is no per-prompt
+prediction: the PoS is still measured, the predicted columns are empty (NaN),
+the regime is ``"none"``, and the JSON record (``theory.note`` and
+``theory.reasons``), the plot's title and a warning of the
+``grpo_companion.practice.trl_callback`` logger say why ("no per-prompt
+prediction: <reasons>").
+
+The predicted path is kept between measurements and stepped on from the last one
+(:class:`~grpo_companion.practice.trl_bridge.PredictedPath`), so a run of N
+iterations costs N steps of the recurrence in all, with the same numbers as
+:func:`~grpo_companion.practice.trl_bridge.predict_path` from ``p_ref``.
 
 Files (``out_dir``), rewritten atomically (temporary file, then ``os.replace``)
 at each measurement by the main process only (``state.is_world_process_zero``):
@@ -47,7 +58,11 @@ at each measurement by the main process only (``state.is_world_process_zero``):
 
 An existing file at any of these paths is never replaced unless
 ``overwrite=True``: the check runs when the callback is made and again before
-the first write.
+the first write. The arguments are checked when the callback is made, so that a
+mistake stops the script before training rather than at the first measurement:
+``prompts`` must be a list of non-empty prompts (a single string is refused, not
+probed character by character), ``out_dir`` must be a folder that can be written
+(or created), and the three file names must be distinct file names.
 
 Devices. Generation runs on the model's device, with nothing specific to CUDA.
 Under ``accelerate launch`` every process samples ``ceil(n_samples / world)``
@@ -63,11 +78,12 @@ import contextlib
 import csv
 import dataclasses
 import json
+import logging
 import math
 import os
 import tempfile
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +92,10 @@ import torch
 from transformers import TrainerCallback
 
 from grpo_companion.practice.trl_bridge import (
+    PredictedPath,
     TheorySettings,
     iteration_of_step,
     predict_limits,
-    predict_path,
     theory_settings,
 )
 
@@ -90,6 +106,8 @@ CSV_COLUMNS = ("step", "prompt", "measured_pos", "n", "predicted_pos", "theory_i
                "predicted_limit", "regime", "p_ref")
 
 Verifier = Callable[[Any, str], Any]
+
+logger = logging.getLogger(__name__)
 
 
 def _distributed() -> tuple[int, int]:
@@ -142,22 +160,93 @@ def _as_success(value: Any, prompt_index: int) -> int:
                      f"{value!r} for prompt {prompt_index}")
 
 
+def _check_prompts(prompts: Any) -> list[Any]:
+    """``prompts`` as a list, each a non-empty string or a non-empty conversation."""
+    if isinstance(prompts, (str, bytes)):
+        raise ValueError(f"prompts must be a list of probe prompts, not a single string "
+                         f"({prompts!r}); pass [{prompts!r}] to probe one prompt")
+    if isinstance(prompts, Mapping) or not isinstance(prompts, Iterable):
+        raise ValueError(f"prompts must be a list of probe prompts (strings or conversations), "
+                         f"got {type(prompts).__name__}")
+    out = list(prompts)
+    if not out:
+        raise ValueError("prompts must hold at least one probe prompt")
+    for i, prompt in enumerate(out):
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise ValueError(f"prompts[{i}] is empty: {prompt!r}")
+            continue
+        if isinstance(prompt, (list, tuple)):
+            if not prompt:
+                raise ValueError(f"prompts[{i}] is an empty conversation")
+            for message in prompt:
+                if not (isinstance(message, Mapping) and "role" in message
+                        and "content" in message):
+                    raise ValueError(f"prompts[{i}] must be a conversation of {{'role', "
+                                     f"'content'}} messages, got the message {message!r}")
+            content = prompt[-1]["content"]
+            if isinstance(content, str) and not content.strip():
+                raise ValueError(f"prompts[{i}] ends with an empty message: {prompt[-1]!r}")
+            continue
+        raise ValueError(f"prompts[{i}] must be a string or a conversation (a list of "
+                         f"{{'role', 'content'}} messages), got {prompt!r}")
+    return out
+
+
+def _check_out_dir(out: Path) -> None:
+    """``out`` is, or can be made as, a folder this process can write in (nothing is made)."""
+    existing = out
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        where = "is a file" if existing == out else f"is inside {existing}, which is a file"
+        raise ValueError(f"out_dir {str(out)!r} {where}; pass a folder")
+    try:  # a real write: permissions, ACLs and read-only file systems all show here
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".pos_probe_write_check.")
+    except OSError as err:
+        below = "" if existing == out else f" (it would be made in {str(existing)!r})"
+        raise ValueError(f"out_dir {str(out)!r} is not writable{below}: {err}") from err
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _check_names(out: Path, names: dict[str, str]) -> None:
+    """Each of ``names`` names a file, and no two name the same path."""
+    seen: dict[str, str] = {}
+    for arg, name in names.items():
+        if (not isinstance(name, str) or not name.strip() or name.endswith(("/", os.sep))
+                or Path(name).name in ("", ".", "..")):
+            raise ValueError(f"{arg} must be a file name, got {name!r}")
+        path = os.path.normcase(os.path.normpath(os.path.join(str(out), name)))
+        if path in seen:
+            raise ValueError(f"{seen[path]} and {arg} name the same file ({name!r}): the last "
+                             "write would replace the other; give them different names")
+        seen[path] = arg
+
+
 class PoSProbeCallback(TrainerCallback):
     """Measure each probe prompt's PoS every ``every`` steps and record the theory's prediction.
 
     Parameters
     ----------
     prompts
-        Probe prompts, in the format of the training set: strings, or
-        conversations (lists of ``{"role", "content"}`` messages, rendered with
-        the tokenizer's chat template and the generation prompt).
+        A list of probe prompts, in the format of the training set: non-empty
+        strings, or conversations (non-empty lists of ``{"role", "content"}``
+        messages, rendered with the tokenizer's chat template, the generation
+        prompt and the run's ``chat_template_kwargs``). A single string is refused
+        (``ValueError``), as is an empty prompt.
     reward
         Verifier ``reward(prompt, completion) -> 0/1`` (``prompt`` as given,
         ``completion`` the decoded text without special tokens).
     out_dir
         Folder of the CSV, plot and JSON record; ``None`` writes no files and
         keeps the measurements in ``rows`` only (for a notebook, which
-        shows :meth:`figure` itself).
+        shows :meth:`figure` itself). It must be a folder this process can
+        write in, or one it can create (made at the first write, by the main
+        process only); a file, or a folder that refuses writes, is a
+        ``ValueError`` when the callback is made.
     every
         Measure every ``every`` optimiser steps (and at the start and the end).
     n_samples
@@ -179,6 +268,9 @@ class PoSProbeCallback(TrainerCallback):
         Seed of the probe sampling.
     overwrite
         Replace existing files at the output paths.
+    csv_name, plot_name, record_name
+        File names of the CSV, the plot and the JSON record in ``out_dir``; three
+        different files (``ValueError`` otherwise).
     """
 
     def __init__(
@@ -200,9 +292,7 @@ class PoSProbeCallback(TrainerCallback):
         plot_name: str = "pos_probe.png",
         record_name: str = "pos_probe.json",
     ) -> None:
-        self.prompts = list(prompts)
-        if not self.prompts:
-            raise ValueError("prompts must hold at least one probe prompt")
+        self.prompts = _check_prompts(prompts)
         if not callable(reward):
             raise ValueError(f"reward must be callable as reward(prompt, completion), "
                              f"got {reward!r}")
@@ -226,12 +316,17 @@ class PoSProbeCallback(TrainerCallback):
         self.overwrite = bool(overwrite)
         self.writes_files = out_dir is not None
         out = Path(out_dir if out_dir is not None else ".")
+        _check_names(out, {"csv_name": csv_name, "plot_name": plot_name,
+                           "record_name": record_name})
+        if self.writes_files:
+            _check_out_dir(out)
         self.csv_path, self.plot_path = out / csv_name, out / plot_name
         self.record_path = out / record_name
         self.rows: list[dict[str, Any]] = []
         self.settings: TheorySettings | None = None
         self.limits: np.ndarray | None = None
         self.regimes: list[str] | None = None
+        self._path: PredictedPath | None = None
         self._claimed: set[Path] = set()
         self._last_step: int | None = None
         self._check_outputs()
@@ -245,8 +340,12 @@ class PoSProbeCallback(TrainerCallback):
             settings = dataclasses.replace(settings,
                                            steps_per_iteration=float(self.steps_per_iteration))
         self.settings = settings
+        self._path = None
         if state.is_world_process_zero:
             self._check_outputs()
+            if not settings.predicts:
+                logger.warning("PoSProbeCallback measures the PoS but makes %s",
+                               settings.note)
         self._measure(args, state, kwargs)
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -266,11 +365,12 @@ class PoSProbeCallback(TrainerCallback):
                 raise FileExistsError(f"{path} exists; pass overwrite=True to replace it, or "
                                       "choose another out_dir")
 
-    def _encode(self, tokenizer: Any, prompt: Any) -> list[int]:
+    def _encode(self, tokenizer: Any, prompt: Any, args: Any = None) -> list[int]:
         if isinstance(prompt, str):
             return list(tokenizer(text=prompt)["input_ids"])
+        extra = dict(getattr(args, "chat_template_kwargs", None) or {})  # as the trainer renders
         rendered = tokenizer.apply_chat_template(conversation=[prompt], add_generation_prompt=True,
-                                                 tokenize=True, return_dict=True)
+                                                 tokenize=True, return_dict=True, **extra)
         ids = rendered["input_ids"]
         return list(ids[0] if ids and isinstance(ids[0], (list, tuple)) else ids)
 
@@ -296,7 +396,7 @@ class PoSProbeCallback(TrainerCallback):
                          step: int) -> tuple[np.ndarray, int]:
         world, rank = _distributed()
         per_rank = math.ceil(self.n_samples / world)
-        encoded = [self._encode(tokenizer, p) for p in self.prompts]
+        encoded = [self._encode(tokenizer, p, args) for p in self.prompts]
         jobs = [i for i in range(len(self.prompts)) for _ in range(per_rank)]
         device = next(model.parameters()).device
         options = self._sampling(args, tokenizer)
@@ -343,7 +443,9 @@ class PoSProbeCallback(TrainerCallback):
         if self.limits is None:
             self.limits, self.regimes = predict_limits(self.p_ref, self.settings)
         iteration = iteration_of_step(step, self.settings)
-        predicted = predict_path(self.p_ref, iteration, self.settings)[-1]
+        if self._path is None:
+            self._path = PredictedPath(self.p_ref, self.settings)
+        predicted = self._path.at(iteration)
         assert self.regimes is not None
         for i in range(len(self.prompts)):
             self.rows.append({

@@ -15,7 +15,10 @@ PoS recurrence; :func:`option_rows` states that for a configuration's values.
 The translation itself is :mod:`grpo_companion.practice.trl_bridge`'s
 (:func:`~grpo_companion.practice.trl_bridge.advantage_calibration`), checked
 against TRL's own code by ``tests/practice/test_trl_equivalence.py``; this
-module adds the defaults and the words.
+module adds the defaults and the words. Which values of *every* ``GRPOConfig``
+field the theory covers is :mod:`grpo_companion.practice.trl_coverage`'s; a
+setting it puts outside the theory makes :attr:`TheoryReading.predicts` False,
+with the reasons in :attr:`TheoryReading.reasons`.
 
 Without TRL every function raises :class:`TRLNotInstalledError` (an
 ``ImportError``) that says how to install it.
@@ -31,6 +34,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from grpo_companion.practice.trl_bridge import advantage_calibration
+from grpo_companion.practice.trl_coverage import outside_reasons
 from grpo_companion.theory.calibration import Calibration
 from grpo_companion.theory.kl_estimators import ESTIMATOR_TARGETS
 
@@ -309,13 +313,18 @@ class TheoryReading:
     scale_rewards : str
         ``"group"``, ``"batch"`` or ``"none"`` (booleans normalised as TRL does).
     calibration : Calibration or None
-        With ``group_size = num_generations``; ``None`` for batch-level scaling.
+        Of the advantages, with ``group_size = num_generations``; ``None`` for
+        batch-level scaling.
     group_size, mu : int
         ``num_generations`` and ``num_iterations``.
     clip_low, clip_high : float
         ``epsilon`` and ``epsilon_high`` (which defaults to ``epsilon``).
     loss_type : str
     temperature, learning_rate : float
+    reasons : tuple of str
+        The settings outside the theory, one ``"name=value: why"`` each
+        (:func:`~grpo_companion.practice.trl_coverage.outside_reasons`); empty when
+        the theory covers the configuration.
     """
 
     trl_version: str
@@ -332,11 +341,13 @@ class TheoryReading:
     loss_type: str
     temperature: float
     learning_rate: float
+    reasons: tuple[str, ...] = ()
 
     @property
     def predicts(self) -> bool:
-        """Whether there is a per-prompt recurrence (not with batch-level scaling)."""
-        return self.calibration is not None
+        """Whether there is a per-prompt recurrence (not with batch-level scaling, nor with
+        any other setting outside the theory: see ``reasons``)."""
+        return self.calibration is not None and not self.reasons
 
     @property
     def settles_at(self) -> str:
@@ -378,7 +389,8 @@ def reading(config: Any = None) -> TheoryReading:
         clip_low=low, clip_high=low if high is None else float(high),
         loss_type=str(_get(config, "loss_type", defaults.get("loss_type"))),
         temperature=float(_get(config, "temperature", defaults.get("temperature"))),
-        learning_rate=float(_get(config, "learning_rate", defaults.get("learning_rate"))))
+        learning_rate=float(_get(config, "learning_rate", defaults.get("learning_rate"))),
+        reasons=outside_reasons(config))
 
 
 def option_rows(config: Any = None) -> list[dict[str, Any]]:
