@@ -18,6 +18,7 @@ from pathlib import Path
 
 from grpo_companion.rl import config as fields
 from grpo_companion.rl.trainer import (
+    PreparedRun,
     TrainConfig,
     TrainingFault,
     calibration_fields,
@@ -100,25 +101,39 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _error(message: str) -> None:
+def _error(message: str, kind: str = "error") -> None:
     text = " ".join(str(message).split())  # one line
-    print(f"python -m grpo_companion train: error: {text}", file=sys.stderr)
+    print(f"python -m grpo_companion train: {kind}: {text}", file=sys.stderr)
+
+
+def _how_to_continue(prepared: PreparedRun) -> str:
+    """What the next command can do, as it is: resume a checkpoint, or start again."""
+    last = prepared.run_state.checkpointed
+    if last is None:
+        return ("no checkpoint was written yet, so there is nothing to resume; rerun the same "
+                "command to start again")
+    return f"--resume continues from the checkpoint of iteration {last}"
 
 
 def run_train(args: argparse.Namespace) -> int:
     """Validate everything, then train; returns the process exit status.
 
     - 2, nothing written: invalid options, an output folder that cannot be
-      used, or (``--resume``) a checkpoint that is unreadable or of another
-      configuration.
+      used (not empty, or in use by another run: one writer per folder), or
+      (``--resume``) a checkpoint that is unreadable, of another configuration
+      or made by other code (another normalisation or KL estimator).
     - 1: the run failed midway (it diverged, a solve failed, a file could not
       be written); ``run.json`` says ``"failed"`` with the message.
     - 130 (Ctrl-C) or 143 (SIGTERM): interrupted; ``run.json`` says
-      ``"interrupted"`` and ``--resume`` continues from the last checkpoint.
+      ``"interrupted"``. The message says what the next command can do:
+      ``--resume`` continues from the last checkpoint or, stopped before the
+      first one, rerunning the same command starts again.
     - 0 after a complete run.
 
     Each error is one line on stderr, without a traceback. Files are written
-    atomically, so a stopped run never leaves a half-written one.
+    atomically, so a stopped run never leaves a half-written one. A folder
+    holding only what a run stopped before its first checkpoint left is
+    reused, with or without ``--resume``, after a one-line note.
     """
     try:
         config = config_from_args(args)
@@ -133,20 +148,22 @@ def run_train(args: argparse.Namespace) -> int:
         _error("interrupted before the run started; nothing was written")
         return 130
     out = prepared.out
+    if prepared.notice:
+        _error(prepared.notice, "note")
     try:
         with _sigterm_as_interrupt():
             result = prepared.run()
     except KeyboardInterrupt as stop:
         _error(f"{'terminated' if isinstance(stop, _Terminated) else 'interrupted'}; run.json "
-               f"in {out} says so, and --resume continues from the last checkpoint")
+               f"in {out} says so; {_how_to_continue(prepared)}")
         return 143 if isinstance(stop, _Terminated) else 130
     except TrainingFault as err:
         _error(f"{err} (recorded in {out / 'run.json' if out else 'no folder'})")
         return 1
     except OSError as err:  # e.g. the disk filled up or became read-only during the run
         where = f" {err.filename!r}" if err.filename else ""
-        _error(f"cannot write{where}: {err.strerror or err}; the run stopped, --resume "
-               "continues from the last checkpoint")
+        _error(f"cannot write{where}: {err.strerror or err}; the run stopped; "
+               f"{_how_to_continue(prepared)}")
         return 1
     final = result.success_prob[-1]
     print(f"done: {config.iterations} iterations on {result.device}; mean PoS "

@@ -207,7 +207,7 @@ class Real(Check):
     """A number (not NaN, not a bool) in ``[low, high]`` (``(low, high]`` with ``open_low``).
 
     ``or_zero``: 0 is accepted as well, outside the range (a switch-off value,
-    e.g. no KL penalty).
+    e.g. no KL penalty); ``or_inf``: so is ``inf`` (e.g. no upper bound).
     """
 
     low: float = -math.inf
@@ -215,19 +215,23 @@ class Real(Check):
     open_low: bool = False
     finite: bool = False
     or_zero: bool = False
+    or_inf: bool = False
 
     def _describe(self, plural: bool = False) -> str:
         noun = "numbers" if plural else "a number"
         zero = "0 or " if self.or_zero else ""
+        inf = " or inf" if self.or_inf else ""
         if math.isfinite(self.high):
             bracket = "(" if self.open_low else "["
-            return f"{zero}{noun} in {bracket}{self.low:g}, {self.high:g}]"
+            return f"{zero}{noun} in {bracket}{self.low:g}, {self.high:g}]{inf}"
         if self.finite:
             noun = "finite numbers" if plural else "a finite number"
-        return f"{zero}{noun} {'>' if self.open_low else '>='} {self.low:g}"
+        return f"{zero}{noun} {'>' if self.open_low else '>='} {self.low:g}{inf}"
 
     def _accept(self, value: Any) -> tuple[bool, Any]:
         if self.or_zero and _is_real(value, 0.0, 0.0):
+            return True, value
+        if self.or_inf and _is_real(value, math.inf, math.inf):
             return True, value
         ok = _is_real(value, self.low, self.high, open_low=self.open_low)
         return ok and not (self.finite and math.isinf(value)), value

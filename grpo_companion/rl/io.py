@@ -13,6 +13,12 @@ Ctrl-C and SIGTERM that arrive during a write are held until the file is in
 place, then delivered: an interrupt raised inside ``torch.save`` would
 otherwise surface as the zip writer's ``RuntimeError`` instead of the
 interrupt, and the run would be recorded as failed rather than interrupted.
+
+One writer per folder: :class:`FolderLock` takes an exclusive ``flock`` on
+``<folder>/.lock`` without waiting, so a second run on the same folder is
+refused instead of mixing its files with the first's. The kernel drops the
+lock when its process dies, so the file a killed run leaves locks nothing;
+the lock file is removed when the lock is released.
 """
 
 from __future__ import annotations
@@ -31,6 +37,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import torch
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX (Windows): no folder lock
+    fcntl = None  # type: ignore[assignment]
 
 
 def _umask() -> int:
@@ -155,3 +166,75 @@ def remove_stale_temporaries(folder: str | os.PathLike[str], names: Iterable[str
                 leftover.unlink()
                 removed.append(leftover)
     return removed
+
+
+LOCK_NAME = ".lock"
+
+
+class FolderBusy(OSError):
+    """Another process holds the lock of the folder."""
+
+
+class FolderLock:
+    """An exclusive, non-blocking ``flock`` on ``<folder>/.lock`` (see the module docstring).
+
+    :meth:`acquire` creates the folder if needed and raises :class:`FolderBusy`
+    when another process (or another lock object of this one) holds it;
+    :meth:`release` removes the lock file, then unlocks. A lock file that is
+    unlinked by its holder between another process's ``open`` and ``flock``
+    is detected (its inode is no longer the path's) and opened again, so two
+    processes never both hold the folder.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.path = Path(folder) / LOCK_NAME
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        if self._fd is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                if fcntl is not None:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        raise FolderBusy(f"{str(self.path.parent)!r} is in use by another "
+                                         f"run (it holds {str(self.path)!r})") from None
+                    try:
+                        same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+                    except FileNotFoundError:
+                        same = False
+                    if not same:  # its holder removed it meanwhile: lock the new one
+                        os.close(fd)
+                        continue
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                raise
+            self._fd = fd
+            return
+
+    def release(self) -> None:
+        """Remove the lock file and unlock (nothing if not held)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        finally:
+            os.close(fd)  # closing the descriptor drops the flock
+
+    def __enter__(self) -> FolderLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

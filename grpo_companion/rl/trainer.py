@@ -41,7 +41,14 @@ over the mu steps), ``mean_reward`` of the sampled outputs and the batch
 
 Reliability. Everything that can be checked is checked before anything is
 written (:func:`prepare_run`: the configuration, including an estimate of its
-memory, the output folder and, on resume, the checkpoint). ``run.json``
+memory, the output folder and, on resume, the checkpoint). One run writes a
+folder at a time: it holds an ``flock`` on ``<out>/.lock`` from before the
+folder's checks to the end of the run (:class:`~grpo_companion.rl.io.FolderLock`),
+and the lock file is removed when the run ends. Checkpoints record a
+fingerprint of the code behind the numbers (:func:`run_fingerprint`: the
+registered normalisation's ``gains`` and the KL code in use) and a resume made
+with other code is refused. A folder holding only what a run stopped before
+its first checkpoint left is started again rather than refused. ``run.json``
 records the status: ``"running"``, ``"complete"``, ``"failed"`` (with the
 error: the run diverged, an exact solve did not converge, a file could not be
 written) or ``"interrupted"``. A metric or parameter that becomes inf or NaN
@@ -53,14 +60,20 @@ of an iteration that is not evaluated) and load with ``weights_only=True``.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import dataclasses
+import hashlib
+import inspect
+import json
 import math
 import os
 import platform
 import sys
+import textwrap
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +122,20 @@ BETA_RANGE = (1e-6, 1e6)
 LR_MAX = 1e3
 TEMPERATURE_RANGE = (1e-3, 1e3)
 MAX_SEED = 2**64 - 1  # torch and numpy generators take 64-bit seeds
+#: The sequence task seeds the evaluation of iteration n with ``seed * EVAL_SEED_FACTOR + n``
+#: (and the pre-training with ``seed + 1``); both must stay within MAX_SEED.
+EVAL_SEED_FACTOR = 1_000_003
+#: Smallest non-zero ``eps``: a subnormal one overflows ``1 / eps`` in the calibration.
+EPS_MIN = 1e-300
+#: Largest finite ``clip_eps_high``: the upper bound ``1 + clip_eps_high`` of the ratio must be
+#: a float32 (a larger one fails inside the loss); ``inf`` means no upper clipping.
+CLIP_EPS_HIGH_MAX = 1e6
+#: Bytes of one row of ``iterations.csv`` kept in memory (a dict of four Python numbers,
+#: measured with tracemalloc on CPython 3.11: 296).
+_ITERATION_ROW_BYTES = 296
+#: Bytes per prompt and group member of the exact finite-group weights (the binomial
+#: weights of every cell, as ``theory.finite_group`` counts them).
+_EXACT_GROUP_BYTES = 32
 #: ``eval_every`` of the sequence task when none is given. With the default sizes one
 #: evaluation (256 prompts x 50 samples, then pi_ref's and pi_old's log-probabilities of
 #: them) costs about 8 training iterations (64 prompts x 16), so one every 50 iterations
@@ -223,7 +250,8 @@ class TrainConfig:
         group=OBJECTIVE, trl=("scale_rewards", _SCALE_REWARDS))
     eps: float = knob(
         1e-5, "smoothing constant of the group standard deviation",
-        Real(0.0, finite=True), group=OBJECTIVE, trl=("scale_rewards", ""))
+        Real(EPS_MIN, finite=True, or_zero=True, why="a smaller one overflows 1 / eps"),
+        group=OBJECTIVE, trl=("scale_rewards", ""))
     eps_placement: str = knob(
         "sqrt", "sqrt: (r - mean) / sqrt(var + eps), the paper's eq. (4); std: "
         "(r - mean) / (std + eps), as TRL", Choice(values=EPS_PLACEMENTS),
@@ -235,8 +263,10 @@ class TrainConfig:
         None, "exact mode: the exact expected weights of a group of this many samples; none: "
         "the paper's population weights", Int(2, optional=True), group=OBJECTIVE)
 
-    group_size: int = knob(16, "G, outputs sampled per prompt", Int(1), group=SAMPLED,
-                           trl="num_generations")
+    group_size: int = knob(
+        16, "G, outputs sampled per prompt",
+        Int(2, why="a group of one output has no spread to normalise"), group=SAMPLED,
+        trl="num_generations")
     mu: int = knob(1, "optimiser steps per outer iteration on the same samples", Int(1),
                    group=SAMPLED, trl="num_iterations")
     clip_eps_low: float | None = knob(
@@ -245,7 +275,9 @@ class TrainConfig:
         group=SAMPLED, options=("--clip-eps", "--clip-eps-low"), trl="epsilon")
     clip_eps_high: float | None = knob(
         None, "clipping range above 1 (DAPO's clip-higher); none: the same as clip_eps_low",
-        Real(0.0, optional=True), group=SAMPLED, trl="epsilon_high")
+        Real(0.0, CLIP_EPS_HIGH_MAX, or_inf=True, optional=True,
+             why="1 + clip_eps_high must be a float32; inf: no upper clipping"),
+        group=SAMPLED, trl="epsilon_high")
     kl: str = knob(
         "k3", "KL penalty in the loss: the per-token estimators k1, k2, k3, k3_ratio, or exact "
         "(bandit only: the exact KL of the tabular policies)", Choice(values=KL_CHOICES),
@@ -338,8 +370,6 @@ class TrainConfig:
         def bad(name: str, valid: str) -> ValueError:
             return ValueError(f"{name} must be {valid}, got {getattr(self, name)!r}")
 
-        if self.group_size < 1 + self.ddof:
-            raise bad("group_size", f"an int >= {1 + self.ddof} when ddof={self.ddof}")
         losses._clip_bounds(self.clip_eps_low, self.clip_eps_high)
         if self.n_success is not None and self.n_success >= self.n_outputs:
             raise bad("n_success", f"None or an int in [1, {self.n_outputs - 1}]")
@@ -389,6 +419,25 @@ class TrainConfig:
                 "sampled objective to convergence, and the k1 penalty (log pi - log pi_ref on "
                 "the sampled outputs) is unbounded below, so there is no minimum to reach; use "
                 "kl='k2', 'k3', 'k3_ratio' or 'exact', or optimizer='adam' or 'sgd'")
+        if self.task == "sequence":
+            limit = (MAX_SEED - self.iterations) // EVAL_SEED_FACTOR
+            if self.seed > limit:
+                raise bad("seed", f"an int in [0, {limit}] for task='sequence' (the evaluation "
+                          f"of iteration n is seeded with seed * {EVAL_SEED_FACTOR} + n, which "
+                          "must fit in 64 bits)")
+        if self.exact_group_size is not None:
+            from grpo_companion.theory._validate import memory_limit_bytes
+
+            # the weights are numpy arrays (host memory), built every exact iteration; the
+            # calibration alone holds a few arrays of exact_group_size values
+            per_member = (_EXACT_GROUP_BYTES * self.n_prompts if self.exact else 0) + 64
+            host = memory_limit_bytes()
+            largest = int(host // per_member) - 1
+            if self.exact_group_size > largest:
+                raise bad("exact_group_size", f"None or an int in [2, {largest}] on this machine "
+                          f"(its weights need about {per_member} bytes per group member"
+                          f"{' with n_prompts=' + str(self.n_prompts) if self.exact else ''}, "
+                          f"and it has {host / 2**30:.3g} GiB of memory)")
         device = resolve_device(self.device)
         need, what = estimate_memory(self)
         have = _device_memory(device)
@@ -396,6 +445,21 @@ class TrainConfig:
             raise ValueError(
                 f"this configuration needs about {need / 2**30:.3g} GiB ({what}), more than "
                 f"the {have / 2**30:.3g} GiB of memory of {device}; make it smaller")
+        self._check_normalization()
+
+    def _check_normalization(self) -> None:
+        """The normalisation's gains must be finite for the group size the run uses.
+
+        Registration tries a few group sizes only; a ``gains`` that is not finite for
+        this run's group (``group_size`` in sampled mode, ``exact_group_size`` in exact
+        mode) is refused here, before anything is written, not in the first iteration.
+        """
+        from grpo_companion.theory.finite_group import group_table
+
+        calibration = self.calibration
+        size = self.exact_group_size if self.exact else self.group_size
+        if size is not None:
+            group_table(calibration, size)
 
     @property
     def evaluation_interval(self) -> int:
@@ -463,17 +527,23 @@ def estimate_memory(config: TrainConfig) -> tuple[float, str]:
     """A lower estimate of the peak memory of a run, in bytes, and what dominates it.
 
     Counts the largest tensors of each phase (a few float arrays per sampled
-    output or policy entry, transformer activations per token) and the metric
-    history kept in memory; real use is higher by a modest factor. Used to
+    output or policy entry, transformer activations per token, the exact
+    finite-group weights), the metric history and the rows of ``iterations.csv``
+    kept in memory; real use is higher by a modest factor. Used to
     refuse, before anything is allocated, runs that cannot fit.
     """
     item = 8 if config.exact or config.dtype == "float64" else 4
     tracked = config.n_prompts if config.task == "bandit" else config.n_eval_prompts
     history = 8.0 * config.n_evaluations * tracked * (len(METRICS) + 1)
-    parts = {"the metric history": history}
+    parts = {"the metric history": history,
+             "the rows of iterations.csv (one per iteration)":
+                 float(_ITERATION_ROW_BYTES) * config.iterations}
     if config.task == "bandit":
         table = float(config.n_prompts) * config.n_outputs
         parts["the tabular policies"] = table * 8 * 8
+        if config.exact and config.exact_group_size is not None:
+            parts["the exact finite-group weights (exact_group_size x n_prompts)"] = (
+                float(_EXACT_GROUP_BYTES) * (config.exact_group_size + 1) * config.n_prompts)
         if not config.exact:
             batch = config.prompts_per_iteration or config.n_prompts
             rows = float(batch) * config.group_size
@@ -572,6 +642,9 @@ class _Run:
 
     def __init__(self, config: TrainConfig, device: torch.device) -> None:
         self.config, self.device = config, device
+        # bound once: a normalisation registered again later does not change this run
+        self.calibration = config.calibration
+        self.fingerprint = run_fingerprint(config, self.calibration)
         self.dtype = torch.float64 if config.exact or config.dtype == "float64" else torch.float32
         self.generator = torch.Generator(device=device).manual_seed(config.seed)
         self.sft_losses: list[float] = []
@@ -592,6 +665,7 @@ class _Run:
         self.lr = config.lr if config.lr is not None else default_lr
         self.optimizer = self._make_optimizer()
         self.iteration = 0
+        self.checkpointed: int | None = None  # iteration of the last checkpoint on disk
         self.chosen: torch.Tensor | None = None  # the prompts of the last sampled iteration
         # the per-prompt metrics of the evaluated iterations only (config.evaluated)
         self.metrics: dict[str, list[np.ndarray]] = {m: [] for m in METRICS}
@@ -644,6 +718,7 @@ class _Run:
             "sft_losses": self.sft_losses,
             "history_records": self.iteration + 1,
             "history_sha256": history_digest,
+            "fingerprint": self.fingerprint,
         }
         if final:
             state["metrics"] = {m: torch.as_tensor(np.stack(v)) for m, v in self.metrics.items()}
@@ -653,7 +728,7 @@ class _Run:
     def load(self, state: dict[str, Any], path: Path) -> None:
         """Restore the state of a checkpoint (not the history); ValueError if it does not fit."""
         try:
-            self.iteration = state["iteration"]
+            self.iteration = self.checkpointed = state["iteration"]
             self.policy.load_state_dict(state["policy"])
             self.ref_policy.load_state_dict(state["ref_policy"])
             if self.optimizer is not None:
@@ -716,7 +791,7 @@ def _exact_step(run: _Run, old: TabularSoftmaxPolicy) -> dict[str, float]:
         prev_logp = old.log_probs()
         ref_logp = run.ref_policy.log_probs()
         logit_prev = task.success_logit(prev_logp).cpu().numpy()
-    w_plus, w_minus, capped, log_w = _exact_weights(config, logit_prev)
+    w_plus, w_minus, capped, log_w = _exact_weights(run, logit_prev)
     w_plus, w_minus = (torch.as_tensor(w, device=run.device) for w in (w_plus, w_minus))
     success = task.success.to(run.device)
     step = config.exact_step / config.beta
@@ -754,7 +829,16 @@ def _exact_step(run: _Run, old: TabularSoftmaxPolicy) -> dict[str, float]:
     return {"loss": -float(value.mean()), "mean_reward": math.nan, "clip_fraction": math.nan}
 
 
-def _exact_weights(config: TrainConfig, logit_prev: np.ndarray) -> tuple[
+def _weights_fault(run: _Run, detail: str) -> TrainingFault:
+    """The run stops because its normalisation gave weights that are not numbers."""
+    name = run.calibration.normalization
+    return TrainingFault(
+        f"the weights of normalisation {name!r} are not finite at iteration {run.iteration} "
+        f"({detail}); its gains function is not a number at the success probabilities this "
+        f"run reached (fix or choose the normalisation); {_checkpoint_note(run)}")
+
+
+def _exact_weights(run: _Run, logit_prev: np.ndarray) -> tuple[
         np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """Calibration weights for the exact step, finite even where they overflow float64.
 
@@ -764,12 +848,22 @@ def _exact_weights(config: TrainConfig, logit_prev: np.ndarray) -> tuple[
     float64) the step moves the losing class below float64's smallest number
     whatever the exact gap, so both weights are scaled by one factor to make
     the gap equal to the cap: the same float64 policy, without inf * 0.
-    Returns the weights, where they were scaled, and the true log-weights.
+    Returns the weights, where they were scaled, and the true log-weights. Weights
+    that are not numbers (a registered ``gains`` undefined at some PoS) stop the run
+    with :class:`TrainingFault`, naming the normalisation.
     """
-    cal = config.calibration
-    w_plus, w_minus = (np.asarray(w, dtype=np.float64) for w in cal.weights_of_logit(logit_prev))
-    log_plus, log_minus = (np.asarray(w, dtype=np.float64)
-                           for w in cal.log_weights_of_logit(logit_prev))
+    config, cal = run.config, run.calibration
+    try:
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # checked below
+            w_plus, w_minus = (np.asarray(w, dtype=np.float64)
+                               for w in cal.weights_of_logit(logit_prev))
+            log_plus, log_minus = (np.asarray(w, dtype=np.float64)
+                                   for w in cal.log_weights_of_logit(logit_prev))
+    except ValueError as err:  # the calibration refuses gains that are not finite
+        raise _weights_fault(run, str(err)) from None
+    bad = np.isnan(w_plus) | np.isnan(w_minus) | np.isnan(log_plus) | np.isnan(log_minus)
+    if bad.any():
+        raise _weights_fault(run, f"NaN for {int(bad.sum())} of {bad.size} prompts")
     log_omega = np.logaddexp(log_plus, log_minus)
     log_cap = math.log(config.beta * _EXACT_GAP_CAP)
     capped = log_omega > log_cap
@@ -922,7 +1016,7 @@ class _SequenceSteps:
     def metrics(run: _Run, old: torch.nn.Module) -> dict[str, torch.Tensor]:
         config, task, n = run.config, run.task, run.config.eval_samples
         generator = torch.Generator(device=run.device).manual_seed(
-            config.seed * 1_000_003 + run.iteration)
+            config.seed * EVAL_SEED_FACTOR + run.iteration)
         idx = torch.as_tensor(task.eval_idx, device=run.device)
         prompts = task.prompts(idx)
         # the sampler gives the policy's log-probabilities of its draws (no extra pass)
@@ -1045,9 +1139,12 @@ def _sampled_step(run: _Run, old: torch.nn.Module) -> tuple[dict[str, float], np
         prompts, completions, mask = task.sample(run, old, chosen, group)
         rewards = task.reward(run, chosen, completions, mask, group).to(run.dtype)
         samples = _Samples(chosen, prompts, completions, mask, group)
-        advantages = losses.group_advantages(
-            rewards.view(n_prompts, group),
-            dataclasses.replace(config.calibration, group_size=None)).view(-1)
+        try:
+            advantages = losses.group_advantages(
+                rewards.view(n_prompts, group),
+                dataclasses.replace(run.calibration, group_size=None)).view(-1)
+        except ValueError as err:  # the group table refuses gains that are not finite
+            raise _weights_fault(run, str(err)) from None
         anchors = _anchors(run, old, samples)
 
     def objective() -> tuple[torch.Tensor, torch.Tensor]:
@@ -1112,20 +1209,24 @@ def _result(run: _Run, out: Path | None) -> TrainResult:
 
 
 def check_out_dir(out_dir: str | Path, *, resume: bool) -> Path:
-    """Validate the output folder before anything is written.
+    """Validate the output folder (nothing is written); ``ValueError`` if it cannot be used.
 
     A fresh run needs an absent or empty folder that can be created and
     written (not under a file, not on a read-only file system); ``resume=True``
-    needs a writable folder holding a checkpoint.
+    needs a writable folder holding a checkpoint. A folder holding only what a
+    run stopped before its first checkpoint left is usable by both (see
+    :func:`check_out_contents`). :func:`prepare_run` makes the same checks
+    while it holds the folder's lock.
     """
-    out = Path(out_dir)
+    out = _check_out_place(Path(out_dir))
+    check_out_contents(out, resume=resume)
+    return out
+
+
+def _check_out_place(out: Path) -> Path:
+    """The folder is not a file and can be created and written where it is."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"out_dir must be a directory, got the file {str(out)!r}")
-    if resume:
-        if not (out / CHECKPOINT).is_file():
-            raise ValueError(f"resume needs {str(out / CHECKPOINT)!r}, which does not exist")
-    elif out.exists() and any(out.iterdir()):
-        raise ValueError(f"out_dir {str(out)!r} is not empty; choose a new folder or resume")
     existing = out
     while not existing.exists():  # the nearest folder that exists decides
         if existing.parent == existing:
@@ -1140,7 +1241,166 @@ def check_out_dir(out_dir: str | Path, *, resume: bool) -> Path:
     return out
 
 
-def _load_checkpoint(path: Path, config: TrainConfig, device: torch.device) -> dict[str, Any]:
+def check_out_contents(out: Path, *, resume: bool) -> tuple[bool, str | None]:
+    """What the folder holds decides how the run starts: ``(resume, notice)``.
+
+    ``resume`` is whether the run continues a checkpoint; ``notice`` is one line
+    to show when the folder is reused. The lock file of :class:`io.FolderLock`
+    does not count. A folder without a checkpoint that holds nothing but this
+    trainer's leftovers (a ``run.json`` of ours, ``history.bin``, temporaries of
+    its atomic writes: what a run stopped before its first checkpoint leaves) is
+    started again, with or without ``resume``; any other file makes a fresh run
+    refuse the folder (``ValueError``), and so does ``resume`` without a checkpoint.
+    """
+    names = set()
+    if out.is_dir():
+        names = {p.name for p in out.iterdir()} - {io.LOCK_NAME}
+    checkpoint = out / CHECKPOINT
+    if resume and checkpoint.is_file():
+        return True, None
+    if not names and not resume:
+        return False, None
+    if names and not checkpoint.exists() and _only_leftovers(out, names):
+        left = ", ".join(sorted(names))
+        how = "--resume has nothing to continue, so the run starts" if resume else "starting"
+        return False, (f"{str(out)!r} holds no checkpoint, only what a run stopped before its "
+                       f"first checkpoint left ({left}); {how} again there")
+    if resume:
+        raise ValueError(f"resume needs {str(checkpoint)!r}, which does not exist")
+    raise ValueError(f"out_dir {str(out)!r} is not empty; choose a new folder or resume")
+
+
+def _only_leftovers(out: Path, names: set[str]) -> bool:
+    """Whether each of ``names`` in ``out`` is a file this trainer leaves before a checkpoint."""
+    temporaries = tuple(f".{name}." for name in RUN_FILES)
+    for name in names:
+        path = out / name
+        if path.is_symlink() or not path.is_file():
+            return False
+        if name == HISTORY or (name.startswith(temporaries) and name.endswith(".tmp")):
+            continue
+        if name != "run.json":
+            return False
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        if not (isinstance(record, dict) and {"config", "status", "versions"} <= record.keys()):
+            return False
+    return True
+
+
+# ------------------------------------------------------------ a run's identity
+def _code_text(code: types.CodeType) -> str:
+    """A code object as text without its file name and line numbers (nested code too)."""
+    consts = [_code_text(c) if isinstance(c, types.CodeType) else repr(c)
+              for c in code.co_consts]
+    return "\n".join([code.co_code.hex(), repr(code.co_names), repr(code.co_varnames),
+                      *consts])
+
+
+def _syntax_text(source: str) -> str:
+    """The syntax tree of ``source`` without docstrings, comments, layout or line numbers.
+
+    The raw text where it does not parse on its own (a lambda in the middle of a call
+    spread over lines).
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return source
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False)
+
+
+def source_digest(function: Any) -> str:
+    """SHA-256 of what a function computes: its source's syntax tree, else its byte code.
+
+    The source is what a person edits; its syntax tree (:func:`_syntax_text`) does not
+    change with the line the function starts at, its docstring, comments, layout or
+    the Python version. A function without a source file (built by ``exec``) is
+    hashed by its byte code and constants. Only the function's own text counts: the
+    helpers it calls and the globals it reads are not followed.
+    """
+    target = function if inspect.isroutine(function) or inspect.isclass(function) else (
+        type(function))
+    try:
+        text = _syntax_text(inspect.getsource(target))
+    except (OSError, TypeError):
+        code = getattr(target, "__code__", None)
+        text = (_code_text(code) if code is not None else
+                f"{target.__module__}.{target.__qualname__}")
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _kl_functions(config: TrainConfig) -> tuple[Callable[..., Any], ...]:
+    """The code of :mod:`losses` that computes the run's KL term."""
+    if config.exact:
+        return (losses.exact_objective, losses.tabular_kl)
+    if config.kl == "exact":
+        return (losses.tabular_kl,)
+    return (losses.kl_penalty,)
+
+
+def run_fingerprint(config: TrainConfig, calibration: Any) -> dict[str, str]:
+    """What determines a run's numbers besides the seed, as digests (stored in checkpoints).
+
+    ``config``: the configuration (less ``RUN_ONLY_FIELDS``); ``normalization``: the
+    source of the registered normalisation's ``gains`` (and of its log-space
+    kernels, with its ``uses_eps``/``uses_ddof`` flags), so that a name registered
+    again or an edited function is seen; ``kl``: the source of the KL code in use
+    (:func:`losses.kl_penalty`, or the exact KL). Only these pieces are hashed, not
+    the whole package: an edit elsewhere (the book, plotting, a docstring of another
+    module) does not make a checkpoint unusable.
+    """
+    fields = {k: v for k, v in config.to_dict().items() if k not in RUN_ONLY_FIELDS}
+    definition = calibration.definition
+    parts = [definition.name, source_digest(definition.gains),
+             repr((definition.uses_eps, definition.uses_ddof))]
+    if definition.kernels is not None:
+        kernels = definition.kernels
+        parts += [source_digest(f) for f in (kernels.inverse, kernels.elasticity,
+                                             kernels.log_inverse_without_eps)]
+        parts.append(repr(kernels.unbounded_without_eps))
+    kl = _kl_functions(config)
+    return {
+        "config": hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest(),
+        "normalization": hashlib.sha256("\n".join(parts).encode()).hexdigest(),
+        "normalization_name": definition.name,
+        "kl": hashlib.sha256("\n".join(source_digest(f) for f in kl).encode()).hexdigest(),
+        "kl_code": ", ".join(f"losses.{f.__name__}" for f in kl),
+    }
+
+
+def _check_fingerprint(path: Path, saved: Any, current: dict[str, str]) -> None:
+    """Refuse a checkpoint made by other code than the run's (``ValueError``, one line)."""
+    if not isinstance(saved, dict) or not all(isinstance(saved.get(k), str) for k in current):
+        raise ValueError(
+            f"cannot resume from {str(path)!r}: it has no fingerprint of the code that made it "
+            "(an older version of this trainer wrote it), so a changed normalisation or KL "
+            "estimator could not be detected; start the run again in a new folder")
+    changed = []
+    if saved["config"] != current["config"]:
+        changed.append("the configuration")
+    if saved["normalization"] != current["normalization"]:
+        changed.append(f"the normalisation {current['normalization_name']!r} (its gains "
+                       "function was edited or registered again)")
+    if saved["kl"] != current["kl"]:
+        changed.append(f"the KL estimator code ({current['kl_code']})")
+    if changed:
+        raise ValueError(
+            f"cannot resume from {str(path)!r}: {' and '.join(changed)} changed since the "
+            "checkpoint was written, so the resumed run would not be the same run; resume with "
+            "the code that wrote it, or start a new run in another folder")
+
+
+def _load_checkpoint(path: Path, config: TrainConfig, device: torch.device,
+                     fingerprint: dict[str, str]) -> dict[str, Any]:
     """Read and check a checkpoint (``weights_only=True``); ValueError naming the file if bad."""
     try:
         state = torch.load(path, map_location=device, weights_only=True)
@@ -1171,6 +1431,7 @@ def _load_checkpoint(path: Path, config: TrainConfig, device: torch.device) -> d
                           for k in diff[:6])
         raise ValueError(f"cannot resume from {str(path)!r}: the configuration differs from "
                          f"the checkpointed run in {shown}")
+    _check_fingerprint(path, state.get("fingerprint"), fingerprint)
     if not 0 <= state["iteration"] <= config.iterations or (
             state["history_records"] != state["iteration"] + 1):
         raise ValueError(f"cannot resume from {str(path)!r}: its iteration count is damaged")
@@ -1180,15 +1441,19 @@ def _load_checkpoint(path: Path, config: TrainConfig, device: torch.device) -> d
 class PreparedRun:
     """A run whose configuration, output folder and checkpoint have all been checked.
 
-    :func:`prepare_run` builds it without writing anything (every problem is a
-    ``ValueError``); :meth:`run` then trains. Any exception from :meth:`run`
-    marks ``run.json`` as ``"failed"`` (``"interrupted"`` for Ctrl-C) with the
-    message before it propagates.
+    :func:`prepare_run` builds it without writing anything but the folder's lock
+    (every problem is a ``ValueError``); :meth:`run` then trains. Any exception
+    from :meth:`run` marks ``run.json`` as ``"failed"`` (``"interrupted"`` for
+    Ctrl-C) with the message before it propagates. ``lock`` (an acquired
+    :class:`io.FolderLock` of ``out``) is released when :meth:`run` ends or by
+    :meth:`close`; ``notice`` is a line to show before the run (a reused folder).
     """
 
     def __init__(self, config: TrainConfig, out: Path | None, resume: bool,
-                 reference_state: dict[str, torch.Tensor] | None) -> None:
+                 reference_state: dict[str, torch.Tensor] | None, *,
+                 lock: io.FolderLock | None = None, notice: str | None = None) -> None:
         self.config, self.out, self.resume = config, out, resume
+        self.lock, self.notice = lock, notice
         self.device = resolve_device(config.device)
         self.run_state = _Run(config, self.device)
         self.reference_state = reference_state
@@ -1199,7 +1464,8 @@ class PreparedRun:
                                          len(self.run_state.tracked))
         if resume:
             assert out is not None
-            self.checkpoint = _load_checkpoint(out / CHECKPOINT, config, self.device)
+            self.checkpoint = _load_checkpoint(out / CHECKPOINT, config, self.device,
+                                               self.run_state.fingerprint)
             self.run_state.load(self.checkpoint, out / CHECKPOINT)
             self.run_state.load_history(self.checkpoint, self.history, out / CHECKPOINT)
 
@@ -1219,6 +1485,8 @@ class PreparedRun:
             if out is not None:
                 out.mkdir(parents=True, exist_ok=True)
                 io.remove_stale_temporaries(out, RUN_FILES)
+                if self.checkpoint is None:  # a reused folder: no history of the old start
+                    (out / HISTORY).unlink(missing_ok=True)
                 io.atomic_write_json(out / "run.json", record)
             if self.checkpoint is not None:
                 assert self.history is not None
@@ -1253,6 +1521,17 @@ class PreparedRun:
                 with contextlib.suppress(OSError):  # a full or read-only disk: keep the error
                     io.atomic_write_json(out / "run.json", record)
             raise
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release the folder (its lock file is removed); :meth:`run` does it when it ends."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def __del__(self) -> None:  # a prepared run that never ran does not keep its folder
+        with contextlib.suppress(Exception):
+            self.close()
 
     def _loop(self, callback: Callable[[int], None] | None) -> TrainResult:
         config, out, run = self.config, self.out, self.run_state
@@ -1283,6 +1562,7 @@ class PreparedRun:
                     digest = self.history.sync()
                     io.atomic_torch_save(out / CHECKPOINT,
                                          run.state(digest, final=n == config.iterations))
+                    run.checkpointed = n
             bar.set_postfix(pos=f"{float(np.mean(run.metrics['success_prob'][-1])):.3f}")
             if callback is not None:
                 callback(n)
@@ -1311,7 +1591,14 @@ def _check_finite(run: _Run, row: dict[str, float] | None, *, metrics: bool = Tr
                 "change --beta or --eps")
         raise TrainingFault(
             f"training diverged at iteration {run.iteration}: {', '.join(bad)} became inf or "
-            f"NaN ({hint}); the last checkpoint is from before this iteration")
+            f"NaN ({hint}); {_checkpoint_note(run)}")
+
+
+def _checkpoint_note(run: _Run) -> str:
+    """What is left to continue from: the last checkpoint, or none yet."""
+    if run.checkpointed is None:
+        return "no checkpoint was written yet"
+    return f"the last checkpoint is from iteration {run.checkpointed}"
 
 
 def prepare_run(
@@ -1325,17 +1612,48 @@ def prepare_run(
 
     Checks the configuration, the output folder (:func:`check_out_dir`) and, with
     ``resume``, the checkpoint: readable with ``weights_only=True``, of the same
-    configuration, its saved state fitting the policies. See :func:`train`.
+    configuration and code (:func:`run_fingerprint`), its saved state fitting the
+    policies. See :func:`train`.
+
+    With ``out_dir``, the folder is locked first (:class:`io.FolderLock`; it is
+    created if needed) and stays locked until the run ends, so the checks of its
+    contents and the run are one writer's: a folder another run holds is refused
+    (``ValueError``). If a check fails, the lock is released and a folder created
+    for it is removed again.
     """
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
     if reference_state is not None and (config.task != "sequence" or resume):
         raise ValueError("reference_state must be None for task='bandit' or with resume=True, "
                          f"got a state dict (task={config.task!r}, resume={resume})")
-    out = None if out_dir is None else check_out_dir(out_dir, resume=resume)
-    if resume and out is None:
+    if resume and out_dir is None:
         raise ValueError("resume=True needs out_dir, got None")
-    return PreparedRun(config, out, resume, reference_state)
+    if out_dir is None:
+        return PreparedRun(config, None, False, reference_state)
+    out = _check_out_place(Path(out_dir))
+    created = []  # the folders the lock creates, deepest first
+    missing = out
+    while not missing.exists() and missing.parent != missing:
+        created.append(missing)
+        missing = missing.parent
+    lock = io.FolderLock(out)
+    try:
+        try:
+            lock.acquire()
+        except io.FolderBusy:
+            raise ValueError(f"out_dir {str(out)!r} is in use by another run (it holds "
+                             f"{str(lock.path)!r}); wait for that run to end, or choose "
+                             "another folder") from None
+        resume, notice = check_out_contents(out, resume=resume)
+        return PreparedRun(config, out, resume, reference_state, lock=lock, notice=notice)
+    except BaseException:
+        lock.release()
+        for folder in created:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def train(
@@ -1362,9 +1680,12 @@ def train(
         memory.
     resume
         Continue the run checkpointed in ``out_dir``; its configuration must
-        equal ``config`` (``progress`` and ``device`` may differ). The resumed
-        run ends with the same results as an uninterrupted one. Temporary
-        files left by a killed run are removed.
+        equal ``config`` (``progress`` and ``device`` may differ) and its code
+        fingerprint the current code's (:func:`run_fingerprint`; a checkpoint
+        without one, from an older trainer, is refused). The resumed run ends
+        with the same results as an uninterrupted one. Temporary files left by
+        a killed run are removed. Without a checkpoint, a folder holding only a
+        stopped run's leftovers is started afresh, as without ``resume``.
     callback
         Called with the iteration number after each iteration (and its
         checkpoint); an exception raised there stops the run, as an
@@ -1387,7 +1708,8 @@ def train(
     Raises
     ------
     ValueError
-        Before anything is written, if the run cannot start (see :func:`prepare_run`).
+        Before anything is written, if the run cannot start (see :func:`prepare_run`),
+        including when another run holds ``out_dir``.
     TrainingFault
         If the run diverges (a metric or parameter becomes inf or NaN), an exact
         inner solve does not converge, or the resumed history does not match

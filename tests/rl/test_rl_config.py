@@ -129,7 +129,7 @@ def test_every_field_is_validated_with_its_name(f):
 def test_help_shows_the_valid_range_of_the_check():
     actions = {a.dest: a for a in _parser()._actions}
     assert "[1e-06, 1e+06]" in actions["beta"].help
-    assert "an int >= 1" in actions["group_size"].help
+    assert "an int >= 2" in actions["group_size"].help
     assert "(default: 0.5 2.0)" in actions["p_ref_beta"].help
 
 
