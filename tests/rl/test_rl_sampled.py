@@ -14,7 +14,8 @@ at every step, and E[logit p_1] = logit theory.iterate(...)[1] at step one.
 (The unconditional mean after several steps differs from theory.iterate by a
 Jensen term, so later steps are checked conditionally.) The standard error of
 each mean is the sample standard deviation over the many prompts that share
-one p_ref, divided by sqrt(count); each check allows 3 standard errors.
+one p_ref, divided by sqrt(count); each check allows 4 standard errors: six checks per
+run at a family-wise false-alarm rate of 1e-3 need Phi^-1(1 - 1e-3 / 12) = 3.8 each.
 """
 
 import numpy as np
@@ -46,14 +47,14 @@ def test_sampled_bandit_matches_finite_group_recurrence(alpha, calibration):
         predicted = logit(theory.iterate(value, value, beta, 1, alpha=alpha,
                                          calibration=cal)[1])
         se = step1.std(ddof=1) / np.sqrt(count)
-        assert abs(step1.mean() - predicted) < 3 * se, (value, step1.mean(), predicted, se)
+        assert abs(step1.mean() - predicted) < 4 * se, (value, step1.mean(), predicted, se)
         for n in range(2, config.iterations + 1):
             anchor = value if alpha == 1.0 else pos[n - 1, rows]
             one_step = theory.pos_map(pos[n - 1, rows], anchor, beta, alpha=1.0,
                                       calibration=cal)
             gap = logit(pos[n, rows]) - logit(one_step)
             se = gap.std(ddof=1) / np.sqrt(count)
-            assert abs(gap.mean()) < 3 * se, (value, n, gap.mean(), se)
+            assert abs(gap.mean()) < 4 * se, (value, n, gap.mean(), se)
             assert se < 0.05  # the check is informative: a tight interval
 
 

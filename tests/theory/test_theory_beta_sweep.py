@@ -8,9 +8,11 @@ with the chain rule h'(p) = h (1 - h) Omega'(p) / beta.
 
 import numpy as np
 import pytest
-from scipy import optimize, special
+from scipy import special
 
 from grpo_companion.theory import beta_sweep
+from tests._converged import EPS as ULP
+from tests._converged import ULPS, brent_root
 
 EPS = 1e-5
 
@@ -21,13 +23,30 @@ def _g(L, l_ref, beta):
 
 
 def _roots(l_ref, beta):
-    """Every root of g(L) = L; all lie in (L_ref, L_ref + max Omega / beta]."""
+    """Every root of g(L) = L; all lie in (L_ref, L_ref + max Omega / beta].
+
+    Returns the roots and the half-widths of brentq's final brackets around them.
+    """
     top = l_ref + 1.0 / (np.sqrt(EPS) * beta) + 1.0
     grid = np.concatenate([np.linspace(l_ref, 60.0, 120001), np.linspace(60.0, top, 20001)[1:]])
     f = _g(grid, l_ref, beta) - grid
     idx = np.flatnonzero(np.sign(f[:-1]) != np.sign(f[1:]))
-    return np.array([optimize.brentq(lambda x: _g(x, l_ref, beta) - x, grid[i], grid[i + 1],
-                                     xtol=1e-12) for i in idx])
+    found = [brent_root(lambda x: _g(x, l_ref, beta) - x, grid[i], grid[i + 1], xtol=1e-12)
+             for i in idx]
+    return np.array([r for r, _ in found]), np.array([w for _, w in found])
+
+
+def _root_tolerance(roots, widths, l_ref, beta):
+    """How far two solvers' roots of g(L) - L may lie apart, from their stopping rules.
+
+    Each solver stops within its bracket (brentq: ``widths``; the library: 4 ulps of
+    max(1, |L|)) of a sign change of g - L as evaluated; rounding moves that sign change
+    by at most (rounding of g - L) / |g' - 1|, with g - L a sum of three terms.
+    """
+    rounding = ULPS * ULP * (np.abs(l_ref) + np.abs(_g(roots, l_ref, beta) - l_ref)
+                             + np.abs(roots))
+    return (widths + 4 * ULP * np.maximum(1.0, np.abs(roots))
+            + 2 * rounding / np.abs(_slope(roots, l_ref, beta) - 1))
 
 
 def _slope(L, l_ref, beta, h=1e-6):
@@ -57,10 +76,12 @@ def test_fixed_points_count_and_stability_against_bracketing(p_ref):
     l_ref = special.logit(p_ref)
     three = []
     for i, b in enumerate(BETAS):
-        roots = _roots(l_ref, b)
+        roots, widths = _roots(l_ref, b)
         assert s.n_fixed_points[i] == roots.size
         got = s.logit_fixed_points[i, : roots.size]
-        np.testing.assert_allclose(got, roots, rtol=1e-9, atol=1e-9)
+        # tolerance: both solvers' brackets plus rounding over |g' - 1| (_root_tolerance)
+        tol = _root_tolerance(roots, widths, l_ref, b)
+        assert np.all(np.abs(got - roots) <= tol), (b, got - roots, tol)
         slopes = _slope(roots, l_ref, b)
         clear = np.abs(np.abs(slopes) - 1) > 1e-4
         assert np.array_equal(s.stable[i, : roots.size][clear], (np.abs(slopes) < 1)[clear])
@@ -77,21 +98,33 @@ def test_lowest_fixed_point_loses_stability_in_a_period_doubling():
     l_ref = special.logit(1e-4)
     # from j on the lowest fixed point attracts orbits started next to it ...
     for b in BETAS[j:]:
-        low = _roots(l_ref, b)[0]
+        roots, widths = _roots(l_ref, b)
+        low = roots[0]
+        s = abs(_slope(low, l_ref, b))
         L = low + 1e-3
         for _ in range(4000):
             L = _g(L, l_ref, b)
-        assert abs(L - low) < 1e-8
+        # convergence: near a fixed point of slope s, |L - L*| <= |g(L) - L| / (1 - s)
+        err = abs(_g(L, l_ref, b) - L) / (1 - s)
+        assert err < 1e-9, f"beta={b}: orbit not converged after 4000 steps ({err:.1e})"
+        # ... to the lowest root: iteration error, plus that root's bracket and rounding
+        tol = err + _root_tolerance(roots[:1], widths[:1], l_ref, b)[0]
+        assert abs(L - low) <= tol, (b, L - low, tol)
     # ... and just below it the orbit from next to it settles on a 2-cycle around it
     b = BETAS[j - 1]
-    low = _roots(l_ref, b)[0]
+    low = _roots(l_ref, b)[0][0]
     assert _slope(low, l_ref, b) < -1
     L = low + 1e-3
     for _ in range(4000):
         L = _g(L, l_ref, b)
     L1 = _g(L, l_ref, b)
     L2 = _g(L1, l_ref, b)
-    assert abs(L2 - L) < 1e-8 * max(1.0, abs(L)) and abs(L1 - L) > 1e-3
+    # convergence to a cycle of the two-step map, slope s2 = g'(L) g'(L1) (|s2| < 1):
+    # |L - cycle point| <= |L2 - L| / (1 - |s2|)
+    s2 = abs(_slope(L, l_ref, b) * _slope(L1, l_ref, b))
+    err = abs(L2 - L) / (1 - s2)
+    assert s2 < 1 and err < 1e-9, f"beta={b}: no converged 2-cycle (|s2|={s2}, {err:.1e})"
+    assert abs(L1 - L) > 1e-3  # a genuine cycle: the two points are far apart
     assert min(L, L1) < low < max(L, L1)
 
 

@@ -15,6 +15,7 @@ from scipy import optimize, special
 from grpo_companion import theory
 from grpo_companion.rl import losses
 from grpo_companion.theory import kl_estimators as kle
+from tests._converged import EPS, ULPS, newton_polish_simplex
 
 
 def _random_policies(seed, n=6):
@@ -72,14 +73,38 @@ def test_reverse_kl_policy_maximises_objective(seed):
     adv = rng.normal(size=5)
     beta = 0.3 + seed
 
-    def neg(z):
-        pi = special.softmax(z)
-        return -(pi @ adv - beta * np.sum(ref * np.log(ref / pi)))
+    def objective(pi):
+        return pi @ adv - beta * np.sum(ref * np.log(ref / pi))
 
-    res = optimize.minimize(neg, np.zeros(5), method="BFGS", options={"gtol": 1e-11})
+    def grad(pi):  # dJ/dpi; the Hessian is diagonal, -beta ref / pi^2
+        return adv + beta * ref / pi
+
+    def neg(z):
+        return -objective(special.softmax(z))
+
+    def neg_grad(z):  # chain rule through the softmax: pi * (g - pi @ g)
+        pi = special.softmax(z)
+        return -pi * (grad(pi) - pi @ grad(pi))
+
+    res = optimize.minimize(neg, np.zeros(5), jac=neg_grad, method="BFGS",
+                            options={"gtol": 1e-11})
+    # BFGS's gtol is on logit gradients, which a small pi_i hides: polish with Newton on
+    # the KKT system in pi with the objective's own Hessian.
+    numeric, spread = newton_polish_simplex(special.softmax(res.x), grad,
+                                            lambda pi: -beta * ref / pi**2)
+    # Convergence: numeric is the exact optimum for advantages shifted by r = g - const,
+    # pi_i = beta ref_i / d_i with d_i = lambda - adv_i; the shift moves every d_i by at
+    # most spread = max r - min r, so |closed_i / numeric_i - 1| <= spread / (d_i - spread).
+    d = beta * ref / numeric
+    assert spread < 1e-9 * d.min(), f"reference not converged: KKT spread {spread:.2e}"
+    bound = spread / (d - spread)
+    # plus rounding of the closed form's d_i = lambda - adv_i (and of g, in spread)
+    rounding = ULPS * EPS * (1 + (np.abs(adv).max() + d.max()) / d)
     closed = kle.reverse_kl_policy(ref, adv, beta)
-    np.testing.assert_allclose(closed, special.softmax(res.x), atol=1e-6)
-    assert -neg(np.log(closed)) >= -res.fun - 1e-12
+    assert np.all(np.abs(closed - numeric) <= (bound + rounding) * numeric), (closed, numeric)
+    # closed is the maximiser: J(closed) >= J(numeric) up to rounding of J's terms
+    terms = np.abs(adv).max() + beta * np.sum(ref * np.abs(np.log(ref / closed)))
+    assert objective(closed) >= objective(numeric) - ULPS * EPS * terms
 
 
 def test_reverse_kl_policy_batches_and_respects_zero_mass():

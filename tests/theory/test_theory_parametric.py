@@ -6,10 +6,12 @@ import sys
 
 import numpy as np
 import pytest
-from scipy import optimize, special
+from scipy import special
 
 from grpo_companion import theory
 from grpo_companion.theory import parametric as P
+from tests._converged import EPS as ULP
+from tests._converged import ULPS, brent_root
 
 EPS = 1e-5
 
@@ -199,29 +201,48 @@ def _h(p, p_ref, beta, eps=EPS):
     return special.expit(special.logit(p_ref) + omega / beta)
 
 
+def _g_logit(L, p_ref, beta):
+    """g(L) = L_ref + Omega(L) / beta - L: zero at the fixed points, in log-odds."""
+    var = special.expit(L) * special.expit(-L)
+    return special.logit(p_ref) + 1.0 / np.sqrt(var + EPS) / beta - L
+
+
 def _roots_by_bracketing(p_ref, beta):
     """Every root of h(p) = p, as sign changes of g(L) = L_ref + Omega / beta - L and brentq.
 
     In log-odds, since a root can sit far closer to 1 than float64 probabilities resolve.
+    Returns the roots as probabilities and the tolerance to which two solvers of g agree
+    there, in probability: brentq's final bracket and the library's (4 ulps of
+    max(1, |L|)), plus the rounding of g's three terms over |g'| (sign changes of g as
+    evaluated lie that far from the true root), mapped by dp = p (1 - p) dL, plus the
+    rounding of expit itself.
     """
     def g(L):
-        var = special.expit(L) * special.expit(-L)
-        return special.logit(p_ref) + 1.0 / np.sqrt(var + EPS) / beta - L
+        return _g_logit(L, p_ref, beta)
 
     grid = np.linspace(-40, 1000, 200001)
     f = g(grid)
     idx = np.flatnonzero(np.sign(f[:-1]) != np.sign(f[1:]))
-    return special.expit([optimize.brentq(g, grid[i], grid[i + 1], xtol=1e-13) for i in idx])
+    found = [brent_root(g, grid[i], grid[i + 1], xtol=1e-13) for i in idx]
+    L, widths = np.array([r for r, _ in found]), np.array([w for _, w in found])
+    h = 1e-6
+    slope = (g(L + h) - g(L - h)) / (2 * h)
+    rounding = ULPS * ULP * (abs(special.logit(p_ref)) + np.abs(g(L) + L
+                                                            - special.logit(p_ref)) + np.abs(L))
+    tol_logit = widths + 4 * ULP * np.maximum(1.0, np.abs(L)) + 2 * rounding / np.abs(slope)
+    p = special.expit(L)
+    return p, p * (1 - p) * tol_logit + ULPS * ULP * p
 
 
 @pytest.mark.parametrize(("p_ref", "beta"), [(0.2, 1.0), (0.2, 0.5), (1e-3, 5.0), (0.6, 3.0)])
 def test_nearest_fixed_point_against_bracketed_roots(p_ref, beta):
-    roots = _roots_by_bracketing(p_ref, beta)
+    roots, tols = _roots_by_bracketing(p_ref, beta)
     assert roots.size in (1, 3)
     starts = np.linspace(0.01, 0.99, 41)
-    expected = roots[np.argmin(np.abs(roots[None, :] - starts[:, None]), axis=1)]
+    nearest = np.argmin(np.abs(roots[None, :] - starts[:, None]), axis=1)
     got = P.nearest_fixed_point(starts, p_ref, beta, eps=EPS)
-    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
+    # tolerance: both root finders' brackets plus rounding (see _roots_by_bracketing)
+    assert np.all(np.abs(got - roots[nearest]) <= tols[nearest]), (got - roots[nearest])
 
 
 def test_nearest_fixed_point_is_where_direct_iteration_ends():
@@ -229,8 +250,18 @@ def test_nearest_fixed_point_is_where_direct_iteration_ends():
     p = np.array([0.6, 0.3, 0.95])
     for _ in range(500):
         p = _h(p, 0.6, 3.0)
+    roots, tols = _roots_by_bracketing(0.6, 3.0)
+    near = np.argmin(np.abs(roots[None, :] - p[:, None]), axis=1)
+    root, root_tol = roots[near], tols[near]
+    # convergence: near a fixed point of slope s < 1, |p - p*| <= |h(p) - p| / (1 - s)
+    d = 1e-7
+    s = np.abs(_h(root + d, 0.6, 3.0) - _h(root - d, 0.6, 3.0)) / (2 * d)
+    err = np.abs(_h(p, 0.6, 3.0) - p) / (1 - s)
+    assert np.all(s < 1) and np.all(err < 1e-12), f"orbit not converged after 500 steps: {err}"
+    # the iterate's rounding floor: one evaluation of h (ULPS ulps), amplified by 1 / (1 - s)
+    floor = ULPS * ULP * p / (1 - s)
     got = P.nearest_fixed_point(p, 0.6, 3.0, eps=EPS)
-    np.testing.assert_allclose(got, p, rtol=0, atol=1e-12)
+    assert np.all(np.abs(got - p) <= err + floor + root_tol), (got - p, err, floor, root_tol)
 
 
 def test_nearest_fixed_point_broadcasts_and_gives_nan_without_a_root():

@@ -5,6 +5,7 @@ import pytest
 from scipy import optimize, special
 
 from grpo_companion import theory
+from tests._converged import EPS, ULPS, newton_polish_simplex
 
 
 def _random_problem(seed, n=7):
@@ -26,6 +27,13 @@ def _objective(pi, pi_ref, pi_prev, mask, beta, alpha, cal):
     return pi @ adv - beta * (alpha * kl_ref + (1 - alpha) * kl_prev)
 
 
+def _objective_grad(pi, pi_ref, pi_prev, mask, beta, alpha, cal):
+    """dJ/dpi of eq. (17) as written in :func:`_objective`; its Hessian is -beta / pi."""
+    w_plus, w_minus = cal.weights(pi_prev[mask].sum())
+    adv = np.where(mask, w_plus, -w_minus)
+    return adv - beta * (1 + np.log(pi) - alpha * np.log(pi_ref) - (1 - alpha) * np.log(pi_prev))
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("alpha", [1.0, 0.0, 0.35])
 @pytest.mark.parametrize(
@@ -36,15 +44,35 @@ def test_closed_form_maximises_objective(seed, alpha, cal):
     pi_ref, pi_prev, mask = _random_problem(seed)
     beta = 0.5 + seed
     closed = theory.optimal_policy(pi_ref, pi_prev, mask, beta, alpha=alpha, calibration=cal)
+    args = (pi_ref, pi_prev, mask, beta, alpha, cal)
 
     def neg(z):
-        return -_objective(special.softmax(z), pi_ref, pi_prev, mask, beta, alpha, cal)
+        return -_objective(special.softmax(z), *args)
 
-    res = optimize.minimize(neg, np.zeros(pi_ref.size), method="BFGS",
+    def neg_grad(z):  # chain rule through the softmax: pi * (g - pi @ g)
+        pi = special.softmax(z)
+        g = _objective_grad(pi, *args)
+        return -pi * (g - pi @ g)
+
+    res = optimize.minimize(neg, np.zeros(pi_ref.size), jac=neg_grad, method="BFGS",
                             options={"gtol": 1e-10})
-    numeric = special.softmax(res.x)
-    np.testing.assert_allclose(closed, numeric, atol=2e-5)
-    assert _objective(closed, pi_ref, pi_prev, mask, beta, alpha, cal) >= -res.fun - 1e-10
+    # BFGS's gtol is on logit gradients pi_i (g_i - pi @ g), which a small pi_i hides;
+    # polish with Newton on the KKT system in pi with the objective's own Hessian.
+    numeric, spread = newton_polish_simplex(special.softmax(res.x),
+                                            lambda pi: _objective_grad(pi, *args),
+                                            lambda pi: -beta / pi)
+    # Convergence: numeric is the exact optimum of the same problem with the advantages
+    # shifted by r = g - const, so |log numeric_i - log closed_i| <= (max r - min r) / beta
+    # = spread / beta (the log-partition shift is a pi-average of r / beta).
+    bound = np.expm1(spread / beta)
+    assert bound < 1e-9, f"reference not converged: KKT spread {spread:.2e}, beta={beta}"
+    # plus rounding: softmax of log-arguments of size `scale`, and of g itself (in spread)
+    scale = np.max(np.abs(np.log(pi_ref))) + np.max(np.abs(np.log(pi_prev))) + \
+        np.max(np.abs(_objective_grad(closed, *args))) / beta + 1
+    np.testing.assert_allclose(closed, numeric, rtol=bound + ULPS * EPS * scale, atol=0)
+    # closed is the maximiser: J(closed) >= J(numeric) up to rounding of J's terms
+    terms = np.abs(closed @ np.abs(_objective_grad(closed, *args))) + beta * scale
+    assert _objective(closed, *args) >= _objective(numeric, *args) - ULPS * EPS * terms
 
 
 @pytest.mark.parametrize("alpha", [1.0, 0.0, 0.6])

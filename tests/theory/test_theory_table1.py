@@ -4,10 +4,10 @@ import math
 
 import numpy as np
 import pytest
-from scipy import optimize
 
 from grpo_companion import theory
 from grpo_companion.theory import table1
+from tests._converged import EPS, ULPS, brent_root
 
 
 def test_variants_are_the_six_rows():
@@ -55,16 +55,22 @@ def test_two_kl_counterexample_by_hand():
     grid = np.linspace(lr, lr + 2 / (a * b * math.sqrt(eps)) + 1, 400_001)
     g = np.array([_two_kl_logit(x, lr, a, b, eps) - x for x in grid[::50]])
     xs = grid[::50]
-    roots = [optimize.brentq(lambda x: _two_kl_logit(x, lr, a, b, eps) - x, xs[i], xs[i + 1],
-                             xtol=1e-13)
+    found = [brent_root(lambda x: _two_kl_logit(x, lr, a, b, eps) - x, xs[i], xs[i + 1],
+                        xtol=1e-13)
              for i in np.flatnonzero(np.sign(g[1:]) != np.sign(g[:-1]))]
+    roots, widths = np.array([r for r, _ in found]), np.array([w for _, w in found])
     assert len(roots) == 3
     h = 1e-6
-    slopes = [(_two_kl_logit(r + h, lr, a, b, eps) - _two_kl_logit(r - h, lr, a, b, eps))
-              / (2 * h) for r in roots]
+    slopes = np.array([(_two_kl_logit(r + h, lr, a, b, eps) - _two_kl_logit(r - h, lr, a, b, eps))
+                       / (2 * h) for r in roots])
     assert max(slopes) == pytest.approx(2.80, abs=0.01)
     lib = theory.fixed_points_logit(lr, b, alpha=a, eps=eps)
-    np.testing.assert_allclose(lib, roots, rtol=1e-9)
+    # tolerance: brentq's bracket (widths) and the library's (4 ulps of max(1, |L|)), plus
+    # the rounding of the map's three terms moving each sign change by rounding / |g' - 1|
+    omega_term = np.array([_two_kl_logit(r, 0.0, 1.0, b, eps) for r in roots])  # Omega / b
+    rounding = ULPS * EPS * (a * abs(lr) + (1 - a) * np.abs(roots) + omega_term + np.abs(roots))
+    tol = widths + 4 * EPS * np.maximum(1.0, np.abs(roots)) + 2 * rounding / np.abs(slopes - 1)
+    assert np.all(np.abs(lib - roots) <= tol), (lib - roots, tol)
 
 
 def test_max_lemma1_bound_matches_brute_force():
