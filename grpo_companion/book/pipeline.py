@@ -381,7 +381,7 @@ def _new_file_mode() -> int:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary made by :func:`tempfile.mkstemp`
+    """Write ``data`` to ``path`` through a temporary made by ``tempfile.mkstemp``
     in the same folder (unpredictable, never an existing file) and ``os.replace``:
     ``path`` holds either its earlier content or all of ``data``. The new file
     gets the mode a plain write would give it."""
@@ -583,7 +583,7 @@ def execute_notebook(
 ) -> nbformat.NotebookNode:
     """Execute ``nb`` with papermill into ``output_path`` (kept on failure).
 
-    Papermill reads and writes in a private folder (:func:`tempfile.mkdtemp`);
+    Papermill reads and writes in a private folder (``tempfile.mkdtemp``);
     ``output_path`` is replaced atomically once papermill is done (a cell that
     raised, timed out or killed the kernel included), so that an interrupted
     run leaves any earlier file there as it was.

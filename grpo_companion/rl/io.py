@@ -178,7 +178,7 @@ class FolderBusy(OSError):
 class FolderLock:
     """An exclusive, non-blocking ``flock`` on ``<folder>/.lock`` (see the module docstring).
 
-    :meth:`acquire` creates the folder if needed and raises :class:`FolderBusy`
+    ``acquire()`` creates the folder if needed and raises :class:`FolderBusy`
     when another process (or another lock object of this one) holds it;
     :meth:`release` removes the lock file, then unlocks. A lock file that is
     unlinked by its holder between another process's ``open`` and ``flock``

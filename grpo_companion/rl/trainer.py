@@ -1321,7 +1321,7 @@ def _syntax_text(source: str) -> str:
 def source_digest(function: Any) -> str:
     """SHA-256 of what a function computes: its source's syntax tree, else its byte code.
 
-    The source is what a person edits; its syntax tree (:func:`_syntax_text`) does not
+    The source is what a person edits; its syntax tree (``_syntax_text``) does not
     change with the line the function starts at, its docstring, comments, layout or
     the Python version. A function without a source file (built by ``exec``) is
     hashed by its byte code and constants. Only the function's own text counts: the
@@ -1354,7 +1354,8 @@ def run_fingerprint(config: TrainConfig, calibration: Any) -> dict[str, str]:
     source of the registered normalisation's ``gains`` (and of its log-space
     kernels, with its ``uses_eps``/``uses_ddof`` flags), so that a name registered
     again or an edited function is seen; ``kl``: the source of the KL code in use
-    (:func:`losses.kl_penalty`, or the exact KL). Only these pieces are hashed, not
+    (:func:`grpo_companion.rl.losses.kl_penalty`, or the exact KL). Only these pieces are
+    hashed, not
     the whole package: an edit elsewhere (the book, plotting, a docstring of another
     module) does not make a checkpoint unusable.
     """

@@ -74,6 +74,7 @@ __all__ = [
     "judge",
     "one_step_tv",
     "relaxed_path_logit",
+    "round_step_logit",
     "split_prompts",
 ]
 
