@@ -177,9 +177,10 @@ class TheorySettings:
 def theory_settings(args: Any) -> TheorySettings:
     """The theory's reading of a ``GRPOConfig`` (β, calibration, KL, G, iteration length).
 
-    Every setting outside the theory (:func:`~grpo_companion.practice.trl_coverage.
-    outside_reasons`, ``scale_rewards="batch"`` among them) leaves the settings without a
-    prediction: ``calibration`` is ``None``, ``predicts`` False and ``reasons`` lists them.
+    Every setting outside the theory
+    (:func:`~grpo_companion.practice.trl_coverage.outside_reasons`, ``scale_rewards="batch"``
+    among them) leaves the settings without a prediction: ``calibration`` is ``None``,
+    ``predicts`` False and ``reasons`` lists them.
     """
     group = int(args.num_generations)
     beta = float(args.beta)
