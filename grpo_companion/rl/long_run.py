@@ -22,7 +22,10 @@ output distribution can be enumerated instead
 - at every iteration, for every trained prompt in the batch, the paper's distance
   ``D_n = TV(pi~_n, pi_n)`` to the exact orbit ``pi_n`` of the same step started
   at ``pi_ref`` (Assumption 1 of Theorem 10 bounds its growth,
-  ``D_n <= D_{n-1} + delta_n``).
+  ``D_n <= D_{n-1} + delta_n``);
+- at every iteration, how many of each trained prompt's ``G`` samples succeeded: a group
+  without a success (or without a failure) has zero advantage, so such an iteration gives
+  the prompt no signal of its own.
 
 :func:`run_seeds` runs several seeds, in worker processes when asked.
 """
@@ -64,6 +67,8 @@ class LongRun:
         network's policy after iteration ``n`` to the exact orbit's ``pi_n`` (the divergence
         step iterated from ``pi_ref``, whose success logit is ``orbit_logit``); NaN where the
         prompt was not in that iteration's batch.
+    group_successes : ``(iterations, len(trained))`` successes among the prompt's
+        ``group_size`` samples at iteration ``n``; NaN where it was not in that batch.
     clip_fraction : ``(iterations,)`` the share of sampled tokens whose ratio was clipped, over
         the ``mu`` steps of each iteration (the trainer's ``iterations.csv`` column).
     n_outputs : how many distinct outputs a policy can produce (all enumerated).
@@ -85,6 +90,7 @@ class LongRun:
     target_logit: np.ndarray
     orbit_tv: np.ndarray
     orbit_logit: np.ndarray
+    group_successes: np.ndarray
     sampled_held: np.ndarray
     clip_fraction: np.ndarray
     n_outputs: int
@@ -131,8 +137,8 @@ class _Recorder:
         self.cal = dataclasses.replace(config.calibration, group_size=config.group_size)
         self.position = {int(q): i for i, q in enumerate(trained)}
         n_iter, k = config.iterations, len(trained)
-        self.delta, self.delta_pos, self.target, self.orbit_tv = (
-            np.full((n_iter, k), np.nan) for _ in range(4))
+        self.delta, self.delta_pos, self.target, self.orbit_tv, self.successes = (
+            np.full((n_iter, k), np.nan) for _ in range(5))
         self.orbit = np.full((n_iter, k), np.nan)
         self.trained_rows: list[np.ndarray] = []
         self.held_rows: list[np.ndarray] = []
@@ -182,6 +188,7 @@ class _Recorder:
         tv, pos_part = trained_loss.one_step_tv(lp_new, self.ref_lp[cols], col, goal)
         self.delta[n - 1, cols], self.delta_pos[n - 1, cols] = tv, pos_part
         self.target[n - 1, cols] = goal
+        self.successes[n - 1, cols] = self.run.rewards.sum(1).cpu().numpy()
         self.orbit_tv[n - 1, cols] = trained_loss.one_step_tv(
             lp_new, self.ref_lp[cols], col, self.orbit[n - 1, cols])[0]
         self.previous = copy.deepcopy(self.run.policy)  # a copy of a tiny model: about 1 ms
@@ -215,6 +222,7 @@ def run_long(config: TrainConfig, *, record_every: int = 10) -> LongRun:
         logit_held=np.array(recorder.held_rows), delta=recorder.delta,
         delta_pos=recorder.delta_pos, target_logit=recorder.target,
         orbit_tv=recorder.orbit_tv, orbit_logit=recorder.orbit,
+        group_successes=recorder.successes,
         sampled_held=result.success_prob,
         clip_fraction=np.array([row["clip_fraction"] for row in result.iteration_rows]),
         n_outputs=int(recorder.ref_lp.shape[1]),

@@ -667,6 +667,7 @@ class _Run:
         self.iteration = 0
         self.checkpointed: int | None = None  # iteration of the last checkpoint on disk
         self.chosen: torch.Tensor | None = None  # the prompts of the last sampled iteration
+        self.rewards: torch.Tensor | None = None  # their groups' rewards (prompts, group_size)
         # the per-prompt metrics of the evaluated iterations only (config.evaluated)
         self.metrics: dict[str, list[np.ndarray]] = {m: [] for m in METRICS}
         self.eval_iterations: list[int] = []
@@ -1138,6 +1139,7 @@ def _sampled_step(run: _Run, old: torch.nn.Module) -> tuple[dict[str, float], np
     with torch.no_grad():  # lines 5-8: G outputs of pi_old each, rewards, advantages
         prompts, completions, mask = task.sample(run, old, chosen, group)
         rewards = task.reward(run, chosen, completions, mask, group).to(run.dtype)
+        run.rewards = rewards.view(n_prompts, group)  # read by callbacks, as run.chosen
         samples = _Samples(chosen, prompts, completions, mask, group)
         try:
             advantages = losses.group_advantages(

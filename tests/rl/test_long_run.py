@@ -36,7 +36,7 @@ TINY = TrainConfig(task="sequence", max_operand=19, n_eval_prompts=16, eval_samp
                    device="cpu", progress=False, lr=1e-3, kl="k3", loss_type="dr_grpo")
 LONG_FIELDS = ("trained", "held_out", "operands_trained", "operands_held", "steps",
                "logit_trained", "logit_held", "delta", "delta_pos", "target_logit",
-               "orbit_tv", "orbit_logit")
+               "orbit_tv", "orbit_logit", "group_successes")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -336,6 +336,24 @@ def test_run_long_distances_exist_exactly_for_the_batch(long):
     np.testing.assert_allclose(long.delta[0, cols], tv, rtol=1e-8, atol=1e-12)
     pos = 0.5 * np.abs(np.exp(lp_new[rows, col]) - p_star)
     np.testing.assert_allclose(long.delta_pos[0, cols], pos, rtol=1e-8, atol=1e-12)
+
+
+def test_group_successes_are_the_trainers_rewards_of_the_batch(long):
+    """group_successes[n, j]: successes among prompt j's G samples at iteration n+1."""
+    config = dataclasses.replace(TINY, eval_every=TINY.iterations)  # as run_long trains it
+    prep = prepare_run(config)
+    seen = []
+    prep.run(lambda n: seen.append((prep.run_state.chosen.cpu().numpy().copy(),
+                                    prep.run_state.rewards.sum(1).cpu().numpy().copy())))
+    position = {int(q): i for i, q in enumerate(long.trained)}
+    assert long.group_successes.shape == (TINY.iterations, len(long.trained))
+    for n, (batch, successes) in enumerate(seen):
+        row = np.full(len(long.trained), np.nan)
+        row[[position[int(q)] for q in batch]] = successes
+        np.testing.assert_array_equal(long.group_successes[n], row)
+    finite = long.group_successes[np.isfinite(long.group_successes)]
+    assert np.all((finite >= 0) & (finite <= TINY.group_size) & (finite == np.round(finite)))
+    assert 0 < finite.sum() < finite.size * TINY.group_size  # some successes, some failures
 
 
 def test_orbit_distance_is_theorem_10s_and_obeys_the_triangle_inequality():
