@@ -63,6 +63,8 @@ class LongRun:
     delta, delta_pos : ``(iterations, len(trained))`` one-step distance to the divergence
         step and its PoS part; NaN where the prompt was not in that iteration's batch.
     target_logit : ``(iterations, len(trained))`` the divergence step's success logit.
+    beta_trained : ``(len(trained),)`` each trained prompt's KL weight (``config.beta``, times
+        its ``config.grpo_beta_multipliers`` entry when set).
     orbit_tv : ``(iterations, len(trained))`` the paper's ``D_n``: total variation from the
         network's policy after iteration ``n`` to the exact orbit's ``pi_n`` (the divergence
         step iterated from ``pi_ref``, whose success logit is ``orbit_logit``); NaN where the
@@ -90,6 +92,7 @@ class LongRun:
     target_logit: np.ndarray
     orbit_tv: np.ndarray
     orbit_logit: np.ndarray
+    beta_trained: np.ndarray
     group_successes: np.ndarray
     sampled_held: np.ndarray
     clip_fraction: np.ndarray
@@ -133,7 +136,10 @@ class _Recorder:
         self.run, self.trained, self.record_every = run, trained, record_every
         config = run.config
         self.task, self.temp = run.task, config.temperature
-        self.beta, self.kl = config.beta, config.kl
+        self.kl = config.kl
+        # each trained prompt's KL weight (config.grpo_beta_multipliers: one per prompt)
+        self.beta = (np.full(len(trained), config.beta) if run.prompt_beta is None
+                     else run.prompt_beta[torch.as_tensor(trained)].cpu().numpy())
         self.cal = dataclasses.replace(config.calibration, group_size=config.group_size)
         self.position = {int(q): i for i, q in enumerate(trained)}
         n_iter, k = config.iterations, len(trained)
@@ -183,7 +189,7 @@ class _Recorder:
             logit_prev[stale] = self._exact(self.previous, chosen[stale])[2]
         lp_new, col, logit_new = self._exact(self.run.policy, chosen)
         self.cache_logit[cols], self.cache_iter[cols] = logit_new, n
-        goal = trained_loss.exact_step_logit(logit_prev, self.ref_logit[cols], self.beta,
+        goal = trained_loss.exact_step_logit(logit_prev, self.ref_logit[cols], self.beta[cols],
                                              estimator=self.kl, calibration=self.cal)
         tv, pos_part = trained_loss.one_step_tv(lp_new, self.ref_lp[cols], col, goal)
         self.delta[n - 1, cols], self.delta_pos[n - 1, cols] = tv, pos_part
@@ -222,7 +228,7 @@ def run_long(config: TrainConfig, *, record_every: int = 10) -> LongRun:
         logit_held=np.array(recorder.held_rows), delta=recorder.delta,
         delta_pos=recorder.delta_pos, target_logit=recorder.target,
         orbit_tv=recorder.orbit_tv, orbit_logit=recorder.orbit,
-        group_successes=recorder.successes,
+        beta_trained=recorder.beta, group_successes=recorder.successes,
         sampled_held=result.success_prob,
         clip_fraction=np.array([row["clip_fraction"] for row in result.iteration_rows]),
         n_outputs=int(recorder.ref_lp.shape[1]),

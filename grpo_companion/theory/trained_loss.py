@@ -35,6 +35,13 @@ chapter 8's relaxed recurrence (the two-KL recurrence of Theorem 9 with share
 those of ``T`` (and of the solved rounds), whatever ``lam``. Clipping enters
 only through ``lam``.
 
+Chapter 8 judges the prediction against prompt-blind baselines fitted on other
+prompts (:func:`prompt_blind_predictions`: no change, a common shift, the mean
+trajectory, and one level approached at one rate), with a flexible kernel
+regression on ``(p_ref, beta)`` as a reference (:func:`kernel_reference`), and
+follows prompts whose groups hold no success with
+:func:`signal_delayed_path_logit`.
+
 :func:`one_step_tv` measures how far a parametric policy is, after one
 iteration, from the tabular policy that a step ``T`` reaches from the same
 previous policy: a one-step analog of Theorem 10's ``delta_n``, which the
@@ -66,15 +73,23 @@ from .logistic import sigmoid
 from .roots import fixed_points
 
 __all__ = [
+    "PROMPT_BLIND",
+    "STEPS",
     "Verdict",
     "common_shift",
     "destination",
     "exact_step_logit",
+    "fit_relaxation",
     "fit_step_fraction",
     "judge",
+    "kernel_reference",
+    "mean_trajectory",
     "one_step_tv",
+    "prompt_blind_predictions",
+    "relaxation_path_logit",
     "relaxed_path_logit",
     "round_step_logit",
+    "signal_delayed_path_logit",
     "split_prompts",
 ]
 
@@ -146,39 +161,101 @@ def exact_step_logit(
     return np.clip(_step(lp, lr, b, target, cal), -_LOGIT_CAP, _LOGIT_CAP)
 
 
+#: The one-step maps a relaxed recurrence can take (:func:`relaxed_path_logit`).
+STEPS = ("divergence", "round")
+
+
+def _check_step(step: object) -> str:
+    if not isinstance(step, str) or step not in STEPS:
+        raise ValueError(f"step must be one of {STEPS} ('divergence': exact_step_logit, "
+                         f"'round': round_step_logit), got {step!r}")
+    return step
+
+
+def _path_beta(beta: ArrayLike, lr: np.ndarray) -> np.ndarray:
+    """``beta`` (a number, or one per prompt) broadcast to the prompts ``lr``."""
+    b = check_beta(beta)
+    return broadcast(logit_p_ref=lr, beta=b)[1]
+
+
 def relaxed_path_logit(
     logit_p_ref: ArrayLike,
-    beta: float,
+    beta: ArrayLike,
     n_steps: int,
     step_fraction: float,
     *,
     estimator: str = "k3_ratio",
+    step: str = "divergence",
     calibration: Calibration | None = None,
     **calibration_kwargs: Any,
 ) -> np.ndarray:
     """Success logits ``(n_steps + 1, ...)`` of the relaxed recurrence from ``L_0 = L_ref``.
 
-    ``L_n = (1 - lam) L_{n-1} + lam logit T(p_{n-1})`` with ``T`` =
-    :func:`exact_step_logit` and ``lam = step_fraction``; ``lam = 1`` is the
-    exact recurrence of the trained objective.
+    ``L_n = (1 - lam) L_{n-1} + lam logit T(p_{n-1})`` with ``lam = step_fraction``
+    and ``T`` the divergence step (:func:`exact_step_logit`, ``step="divergence"``)
+    or the optimum of one round of the sampled loss (:func:`round_step_logit`,
+    ``step="round"``; the two share their fixed points and differ in pace for
+    ``k3``). ``beta`` is a number or one KL weight per prompt (broadcast against
+    ``logit_p_ref``). ``lam = 1`` is the exact recurrence of the trained objective.
     """
     est = _check_estimator(estimator)
+    how = _check_step(step)
     lr = _check_logits("logit_p_ref", logit_p_ref)
-    b = float(check_real("beta", beta, 0.0, open_low=True, scalar=True))
     steps = check_count("n_steps", n_steps)
     lam = float(check_real("step_fraction", step_fraction, 0.0, 1.0, open_low=True,
                            scalar=True))
+    b = _path_beta(beta, lr)
+    lr = np.broadcast_to(lr, b.shape)
     cal = resolve_calibration(calibration, **calibration_kwargs)
     target = ESTIMATOR_TARGETS[est]
     check_memory("n_steps", steps, 8.0 * (steps + 1) * max(lr.size, 1), "the path")
     out = np.empty((steps + 1, *lr.shape))
     out[0] = current = lr
-    beta_arr = np.full(lr.shape, b)
     for n in range(1, steps + 1):
-        step = np.clip(_step(current, lr, beta_arr, target, cal), -_LOGIT_CAP, _LOGIT_CAP)
-        current = (1 - lam) * current + lam * step
+        nxt = (_step(current, lr, b, target, cal) if how == "divergence"
+               else _round_step(current, lr, b, est, cal))
+        current = (1 - lam) * current + lam * np.clip(nxt, -_LOGIT_CAP, _LOGIT_CAP)
         out[n] = current
     return out
+
+
+def signal_delayed_path_logit(
+    logit_p_ref: ArrayLike,
+    beta: ArrayLike,
+    n_steps: int,
+    step_fraction: float,
+    first_signal: ArrayLike,
+    *,
+    estimator: str = "k3_ratio",
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """The relaxed recurrence of a prompt that gets no signal before iteration ``first_signal``.
+
+    A group of ``G`` samples that are all failures (or all successes) has zero
+    advantage, so the sampled loss of that iteration moves the prompt only by
+    its KL term, which vanishes at ``pi = pi_ref`` (Section 3's finite-group
+    weights are expectations over groups; a prompt with ``p`` near 0 draws a
+    group with a success with probability about ``G p``). The tabular
+    prediction for one run is then: ``L_n = L_ref`` for ``n < first_signal``,
+    and from iteration ``first_signal`` on the relaxed recurrence
+    (:func:`relaxed_path_logit`) started at ``L_ref``. ``first_signal`` holds
+    one iteration ``>= 1`` per prompt; a value above ``n_steps`` means no
+    signal in the run (the prompt stays at ``L_ref``).
+    """
+    lr = _check_logits("logit_p_ref", logit_p_ref)
+    b = check_beta(beta)
+    steps = check_count("n_steps", n_steps)
+    first = np.asarray(check_real("first_signal", first_signal, 1.0), dtype=np.float64)
+    if np.any(first != np.round(first)):
+        raise ValueError(f"first_signal must hold whole iterations >= 1, got {first_signal!r}")
+    lr, b, first = broadcast(logit_p_ref=lr, beta=b, first_signal=first)
+    path = relaxed_path_logit(lr, b, steps, step_fraction, estimator=estimator,
+                              calibration=resolve_calibration(calibration,
+                                                              **calibration_kwargs))
+    n = np.arange(steps + 1).reshape(-1, *([1] * lr.ndim))
+    moved = np.clip(n - first + 1, 0, steps).astype(np.int64)  # steps taken by iteration n
+    return np.take_along_axis(path, np.broadcast_to(moved, path.shape), axis=0)
 
 
 def destination(
@@ -231,9 +308,10 @@ def split_prompts(n_prompts: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndar
 def fit_step_fraction(
     logit_success: ArrayLike,
     steps: ArrayLike,
-    beta: float,
+    beta: ArrayLike,
     *,
     estimator: str = "k3_ratio",
+    step: str = "divergence",
     bounds: tuple[float, float] = (1e-4, 1.0),
     calibration: Calibration | None = None,
     **calibration_kwargs: Any,
@@ -246,30 +324,41 @@ def fit_step_fraction(
         Measured success logits at iterations ``steps``; the first row is
         iteration 0 (each prompt's ``L_ref``), where every prediction starts.
     steps : increasing ints starting at 0.
+    beta : the KL weight, a number or one per prompt.
+    step : the one-step map of the recurrence (:func:`relaxed_path_logit`).
     bounds : the search interval of the fraction (log scale).
     """
-    obs = _check_logits("logit_success", logit_success)
-    at = np.asarray(steps)
-    if obs.ndim != 2 or obs.shape[0] < 2 or obs.shape[1] == 0:
-        raise ValueError(f"logit_success must have shape (len(steps) >= 2, prompts >= 1), got "
-                         f"shape {obs.shape}")
-    if (at.ndim != 1 or len(at) != obs.shape[0] or not np.issubdtype(at.dtype, np.integer)
-            or at[0] != 0 or np.any(np.diff(at) <= 0)):
-        raise ValueError(f"steps must be increasing ints starting at 0, one per row of "
-                         f"logit_success ({obs.shape[0]}), got {steps!r}")
+    obs, at = _check_trajectories(logit_success, steps)
+    b = _path_beta(beta, obs[0])
+    _check_step(step)
     low, high = check_interval("bounds", bounds, 0.0, 1.0, open_low=True)
     cal = resolve_calibration(calibration, **calibration_kwargs)
     check_memory("steps", int(at[-1]), 8.0 * (int(at[-1]) + 1) * obs.shape[1], "the path")
     observed = sigmoid(obs)
 
     def loss(log_fraction: float) -> float:
-        path = relaxed_path_logit(obs[0], beta, int(at[-1]), float(np.exp(log_fraction)),
-                                  estimator=estimator, calibration=cal)
+        path = relaxed_path_logit(obs[0], b, int(at[-1]), float(np.exp(log_fraction)),
+                                  estimator=estimator, step=step, calibration=cal)
         return float(np.mean((sigmoid(path[at]) - observed) ** 2))
 
     best = optimize.minimize_scalar(loss, bounds=(np.log(low), np.log(high)), method="bounded",
                                     options={"xatol": 1e-3})
     return float(np.exp(best.x))
+
+
+def _check_trajectories(logit_success: ArrayLike, steps: ArrayLike,
+                        name: str = "logit_success") -> tuple[np.ndarray, np.ndarray]:
+    """Checked ``(logits (len(steps) >= 2, prompts >= 1), steps)``: increasing ints from 0."""
+    obs = _check_logits(name, logit_success)
+    at = np.asarray(steps)
+    if obs.ndim != 2 or obs.shape[0] < 2 or obs.shape[1] == 0:
+        raise ValueError(f"{name} must have shape (len(steps) >= 2, prompts >= 1), got "
+                         f"shape {obs.shape}")
+    if (at.ndim != 1 or len(at) != obs.shape[0] or not np.issubdtype(at.dtype, np.integer)
+            or at[0] != 0 or np.any(np.diff(at) <= 0)):
+        raise ValueError(f"steps must be increasing ints starting at 0, one per row of "
+                         f"{name} ({obs.shape[0]}), got {steps!r}")
+    return obs, at
 
 
 def common_shift(logit_success: ArrayLike) -> np.ndarray:
@@ -286,68 +375,229 @@ def common_shift(logit_success: ArrayLike) -> np.ndarray:
     return np.mean(obs - obs[:1], axis=1)
 
 
+def fit_relaxation(logit_success: ArrayLike, steps: ArrayLike) -> tuple[float, float]:
+    """A prompt-blind baseline with two constants: one level, approached at one rate.
+
+    Every prompt's logit relaxes from its own ``L_ref`` toward one level ``L*``
+    at one rate ``r``: ``L_n = L* + (1 - r)**n (L_ref - L*)``
+    (:func:`relaxation_path_logit`). It can express "every prompt converges to
+    the same place", which the per-prompt recurrence must beat to show that its
+    destinations depend on ``p_ref``. Both constants are fitted by least squares
+    in PoS (rows after the first; Nelder-Mead on ``(L*, logit r)`` from a grid's
+    best point). Returns ``(level, rate)``.
+    """
+    obs, at = _check_trajectories(logit_success, steps)
+    observed = sigmoid(obs[1:])
+
+    def loss(theta: np.ndarray) -> float:
+        path = relaxation_path_logit(obs[0], at, float(theta[0]), float(sigmoid(theta[1])))
+        return float(np.mean((sigmoid(path[1:]) - observed) ** 2))
+
+    grid = [(lv, lg) for lv in np.linspace(-6.0, 8.0, 15) for lg in np.linspace(-8.0, 4.0, 13)]
+    start = min(grid, key=lambda t: loss(np.array(t)))
+    best = optimize.minimize(loss, np.array(start), method="Nelder-Mead",
+                             options={"xatol": 1e-6, "fatol": 1e-12, "maxiter": 4000})
+    return float(np.clip(best.x[0], -_LOGIT_CAP, _LOGIT_CAP)), float(sigmoid(best.x[1]))
+
+
+def relaxation_path_logit(logit_p_ref: ArrayLike, steps: ArrayLike, level: float,
+                          rate: float) -> np.ndarray:
+    """Logits ``(len(steps), prompts)``: ``L* + (1 - r)**n (L_ref - L*)``, see fit_relaxation."""
+    lr = _check_logits("logit_p_ref", logit_p_ref)
+    at = np.asarray(steps)
+    if (at.ndim != 1 or at.size == 0 or not np.issubdtype(at.dtype, np.integer)
+            or at[0] != 0 or np.any(np.diff(at) <= 0)):
+        raise ValueError(f"steps must be increasing ints starting at 0, got {steps!r}")
+    lv = float(check_real("level", level, scalar=True))
+    r = float(check_real("rate", rate, 0.0, 1.0, scalar=True))
+    keep = (1.0 - r) ** at.astype(np.float64)
+    return lv + keep.reshape(-1, *([1] * lr.ndim)) * (lr - lv)
+
+
+def mean_trajectory(logit_success: ArrayLike) -> np.ndarray:
+    """A prompt-blind baseline: the logit of the prompts' mean PoS at each row, ``(rows,)``."""
+    obs = _check_logits("logit_success", logit_success)
+    if obs.ndim != 2 or obs.shape[1] == 0:
+        raise ValueError(f"logit_success must have shape (rows, prompts >= 1), got shape "
+                         f"{obs.shape}")
+    mean = np.mean(sigmoid(obs), axis=1)
+    return np.clip(np.log(mean) - np.log1p(-mean), -_LOGIT_CAP, _LOGIT_CAP)
+
+
+def _check_groups(name: str, value: ArrayLike | None, n: int) -> np.ndarray:
+    if value is None:
+        return np.zeros(n, dtype=np.int64)
+    g = np.asarray(value)
+    if g.shape != (n,) or g.dtype == bool or not np.issubdtype(g.dtype, np.integer):
+        raise ValueError(f"{name} must hold one int label per prompt ({n}), got {value!r}")
+    return g
+
+
+#: The prompt-blind predictors of :func:`prompt_blind_predictions`, in the order reported.
+PROMPT_BLIND = ("no change", "common shift", "mean trajectory", "relaxation to a level")
+
+
+def prompt_blind_predictions(
+    logit_success: ArrayLike,
+    steps: ArrayLike,
+    fit_logit_success: ArrayLike,
+    *,
+    group: ArrayLike | None = None,
+    fit_group: ArrayLike | None = None,
+) -> dict[str, np.ndarray]:
+    """Every prompt-blind baseline's logits ``(len(steps), prompts)`` for the judged prompts.
+
+    Each is fitted on the fit prompts ``fit_logit_success`` of the same
+    ``group`` (e.g. one label per KL weight: a baseline may know the setting a
+    prompt is trained under, not its ``p_ref``); :data:`PROMPT_BLIND` names them:
+
+    - *no change*: ``L_n = L_ref`` (no constant);
+    - *common shift*: ``L_ref + shift[n]`` (:func:`common_shift`; one constant per row);
+    - *mean trajectory*: the fit prompts' mean PoS at each row, whatever the
+      prompt (:func:`mean_trajectory`; one per row);
+    - *relaxation to a level*: :func:`fit_relaxation` (two constants).
+
+    Row 0 of ``logit_success`` is each judged prompt's ``L_ref``.
+    """
+    obs, at = _check_trajectories(logit_success, steps)
+    fit, _ = _check_trajectories(fit_logit_success, steps, "fit_logit_success")
+    g = _check_groups("group", group, obs.shape[1])
+    fg = _check_groups("fit_group", fit_group, fit.shape[1])
+    missing = sorted(set(g.tolist()) - set(fg.tolist()))
+    if missing:
+        raise ValueError(f"group labels {missing} have no fit prompt in fit_group")
+    out = {name: np.empty_like(obs) for name in PROMPT_BLIND}
+    out["no change"][:] = obs[:1]
+    for label in np.unique(g):
+        cols, fit_cols = g == label, fg == label
+        mine = fit[:, fit_cols]
+        out["common shift"][:, cols] = obs[:1, cols] + common_shift(mine)[:, None]
+        out["mean trajectory"][:, cols] = mean_trajectory(mine)[:, None]
+        level, rate = fit_relaxation(mine, at)
+        out["relaxation to a level"][:, cols] = relaxation_path_logit(obs[0, cols], at, level,
+                                                                      rate)
+    return out
+
+
+def kernel_reference(
+    logit_p_ref: ArrayLike,
+    beta: ArrayLike,
+    fit_logit_success: ArrayLike,
+    fit_beta: ArrayLike,
+) -> np.ndarray:
+    """A flexible reference fitted on the fit prompts: kernel regression on (L_ref, log beta).
+
+    Not a criterion: it shows how much of what is predictable from a prompt's
+    ``(p_ref, beta)`` at each recorded iteration a model with many degrees of
+    freedom captures. At each row ``n`` the predicted logit of a prompt is the
+    Nadaraya-Watson mean of the fit prompts' logits at row ``n``, with Gaussian
+    weights on the distance in ``(L_ref, log beta)`` (each coordinate divided by
+    its spread over the fit prompts). The bandwidth is the one of 25 (0.05 to
+    3, log-spaced) with the least leave-one-out PoS error on the fit prompts.
+    Returns ``(rows, prompts)`` logits; row 0 is each prompt's own ``L_ref``.
+    """
+    fit = _check_logits("fit_logit_success", fit_logit_success)
+    if fit.ndim != 2 or fit.shape[0] < 2 or fit.shape[1] < 2:
+        raise ValueError(f"fit_logit_success must have shape (rows >= 2, prompts >= 2), got "
+                         f"shape {fit.shape}")
+    lr = _check_logits("logit_p_ref", logit_p_ref)
+    if lr.ndim != 1 or lr.size == 0:
+        raise ValueError(f"logit_p_ref must be 1-d with one entry per prompt, got {lr.shape}")
+    b = _path_beta(beta, lr)
+    fb = check_beta(fit_beta, "fit_beta")
+    try:
+        fb = np.broadcast_to(fb, fit.shape[1:])
+    except ValueError as err:
+        raise ValueError(f"fit_beta must be a number or one per fit prompt ({fit.shape[1]}), "
+                         f"got shape {np.shape(fb)}") from err
+    feats_fit = np.stack([fit[0], np.log(fb)], axis=1)
+    scale = feats_fit.std(axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    z_fit, z = feats_fit / scale, np.stack([lr, np.log(b)], axis=1) / scale
+
+    def weights(a: np.ndarray, h: float) -> np.ndarray:
+        d2 = ((a[:, None, :] - z_fit[None, :, :]) ** 2).sum(-1)
+        return np.exp(-0.5 * (d2 - d2.min(axis=1, keepdims=True)) / h**2)
+
+    def predict(w: np.ndarray) -> np.ndarray:
+        pos = sigmoid(fit[1:]) @ w.T / w.sum(axis=1)  # (rows - 1, prompts): mean PoS
+        return np.clip(np.log(pos) - np.log1p(-pos), -_LOGIT_CAP, _LOGIT_CAP)
+
+    def loo_error(h: float) -> float:
+        w = weights(z_fit, h)
+        np.fill_diagonal(w, 0.0)
+        w = np.where(w.sum(axis=1, keepdims=True) > 0, w, 1.0)
+        with np.errstate(divide="ignore"):
+            return float(np.mean((sigmoid(predict(w)) - sigmoid(fit[1:])) ** 2))
+
+    h = min(np.geomspace(0.05, 3.0, 25), key=loo_error)
+    return np.concatenate([lr[None, :], predict(weights(z, float(h)))], axis=0)
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """Outcome of :func:`judge` on one set of prompts of one run.
+    """Outcome of :func:`judge` on one set of prompts.
 
-    ``rmse_*`` are root-mean-square PoS errors over every recorded iteration
-    after the first and every prompt; ``ratio`` is the prediction's over the
-    better of the two baselines; ``passed`` is ``ratio <= margin``.
+    ``rmse`` maps every predictor to its root-mean-square PoS error over every
+    recorded iteration after the first and every prompt; ``ratio`` is the
+    predictor's over the best of ``baselines`` (``best_baseline``);
+    ``passed`` is ``ratio <= margin``.
     """
 
-    rmse_predicted: float
-    rmse_no_change: float
-    rmse_common_shift: float
+    rmse: dict[str, float]
+    predictor: str
+    baselines: tuple[str, ...]
+    best_baseline: str
     ratio: float
     passed: bool
+    n_prompts: int
 
 
 def judge(
     logit_success: ArrayLike,
-    steps: ArrayLike,
-    beta: float,
-    step_fraction: float,
-    shift: ArrayLike,
+    predictions: dict[str, ArrayLike],
     *,
-    estimator: str = "k3_ratio",
+    predictor: str,
+    baselines: tuple[str, ...],
     margin: float = 0.8,
-    calibration: Calibration | None = None,
-    **calibration_kwargs: Any,
 ) -> Verdict:
-    """Score the relaxed recurrence from each prompt's own ``L_ref`` against two baselines.
+    """Score one predictor against the best of some baselines, in PoS.
 
-    ``logit_success`` are measured success logits ``(len(steps), prompts)``
-    (row 0: ``L_ref``); the prediction is :func:`relaxed_path_logit` with the
-    given (already fitted) ``step_fraction``. The baselines are *no change*
-    (``p_n = p_ref``) and the prompt-blind *common shift*
-    (``L_ref + shift[n]``, ``shift`` from :func:`common_shift` on fit data, one
-    entry per row). The prediction passes when its error is at most
-    ``margin`` times the better baseline's.
+    ``logit_success`` are measured success logits ``(rows >= 2, prompts)``
+    (row 0: ``L_ref``); ``predictions`` maps names to predicted logits of that
+    shape (e.g. :func:`relaxed_path_logit` at the recorded steps, and
+    :func:`prompt_blind_predictions`). Every prediction's error is reported;
+    the verdict compares ``predictor`` with the best of ``baselines``: it passes
+    when its error is at most ``margin`` times that one's.
     """
     obs = _check_logits("logit_success", logit_success)
-    at = np.asarray(steps)
-    if obs.ndim != 2 or obs.shape[0] < 2 or obs.shape[1] == 0 or at.shape != obs.shape[:1]:
-        raise ValueError(f"logit_success must have shape (len(steps) >= 2, prompts >= 1), got "
-                         f"shape {obs.shape} for {at.size} steps")
-    sh = _check_logits("shift", shift)
-    if sh.shape != at.shape:
-        raise ValueError(f"shift must have one entry per step ({at.size}), got shape {sh.shape}")
+    if obs.ndim != 2 or obs.shape[0] < 2 or obs.shape[1] == 0:
+        raise ValueError(f"logit_success must have shape (rows >= 2, prompts >= 1), got "
+                         f"shape {obs.shape}")
+    if not isinstance(predictions, dict) or not predictions:
+        raise ValueError(f"predictions must be a non-empty dict of name -> logits, got "
+                         f"{type(predictions).__name__}")
+    if not isinstance(predictor, str) or predictor not in predictions:
+        raise ValueError(f"predictor must name one of predictions ({sorted(predictions)}), "
+                         f"got {predictor!r}")
+    if (not isinstance(baselines, tuple) or not baselines
+            or any(not isinstance(n, str) or n not in predictions or n == predictor
+                   for n in baselines)):
+        raise ValueError(f"baselines must be a non-empty tuple of names in predictions other "
+                         f"than the predictor, got {baselines!r}")
     m = float(check_real("margin", margin, 0.0, open_low=True, scalar=True))
-    if not np.issubdtype(at.dtype, np.integer) or at[0] != 0 or np.any(np.diff(at) <= 0):
-        raise ValueError(f"steps must be increasing ints starting at 0, got {steps!r}")
-    cal = resolve_calibration(calibration, **calibration_kwargs)
-    path = relaxed_path_logit(obs[0], beta, int(at[-1]), step_fraction, estimator=estimator,
-                              calibration=cal)
     observed = sigmoid(obs)[1:]
-
-    def error(predicted: np.ndarray) -> float:
-        return float(np.sqrt(np.mean((predicted - observed) ** 2)))
-
-    predicted = error(sigmoid(path[at])[1:])
-    no_change = error(np.broadcast_to(sigmoid(obs[0]), observed.shape))
-    shifted = error(sigmoid(obs[0][None, :] + sh[1:, None]))
-    ratio = predicted / min(no_change, shifted) if min(no_change, shifted) > 0 else np.inf
-    return Verdict(predicted, no_change, shifted, float(ratio), bool(ratio <= m))
+    rmse = {}
+    for name, value in predictions.items():
+        pred = _check_logits(f"predictions[{name!r}]", value)
+        if pred.shape != obs.shape:
+            raise ValueError(f"predictions[{name!r}] must have the shape of logit_success "
+                             f"{obs.shape}, got {pred.shape}")
+        rmse[name] = float(np.sqrt(np.mean((sigmoid(pred[1:]) - observed) ** 2)))
+    best = min(baselines, key=lambda n: rmse[n])
+    ratio = rmse[predictor] / rmse[best] if rmse[best] > 0 else np.inf
+    return Verdict(rmse, predictor, baselines, best, float(ratio), bool(ratio <= m),
+                   int(obs.shape[1]))
 
 
 def _check_log_distributions(name: str, value: ArrayLike) -> np.ndarray:

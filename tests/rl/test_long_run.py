@@ -36,7 +36,7 @@ TINY = TrainConfig(task="sequence", max_operand=19, n_eval_prompts=16, eval_samp
                    device="cpu", progress=False, lr=1e-3, kl="k3", loss_type="dr_grpo")
 LONG_FIELDS = ("trained", "held_out", "operands_trained", "operands_held", "steps",
                "logit_trained", "logit_held", "delta", "delta_pos", "target_logit",
-               "orbit_tv", "orbit_logit", "group_successes")
+               "orbit_tv", "orbit_logit", "beta_trained", "group_successes")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -377,6 +377,23 @@ def test_orbit_distance_is_theorem_10s_and_obeys_the_triangle_inequality():
     step_gap = np.abs(expit(run.target_logit) - expit(run.orbit_logit))
     assert np.all(run.orbit_tv <= run.delta + step_gap + 1e-12)
     assert np.all(run.orbit_tv[1:] > 0)
+
+
+def test_per_prompt_beta_reaches_the_recorded_steps_and_orbits():
+    """With grpo_beta_multipliers every recorded step uses the prompt's own KL weight."""
+    mult = (1.0, 3.0, 10.0)
+    config = dataclasses.replace(TINY, prompts_per_iteration=8, iterations=3,
+                                 grpo_beta_multipliers=mult)
+    run = long_run.run_long(config, record_every=3)
+    beta = config.beta * np.resize(mult, 8)  # grpo_pool's order, multipliers cycled
+    np.testing.assert_array_equal(run.beta_trained, beta)
+    cal = Calibration(group_size=4)
+    lr = run.logit_trained[0]
+    np.testing.assert_allclose(run.orbit_logit[0], tl.exact_step_logit(
+        lr, lr, beta, estimator="k3", calibration=cal), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(run.target_logit[0], run.orbit_logit[0], rtol=1e-12, atol=1e-12)
+    one_beta = tl.exact_step_logit(lr, lr, config.beta, estimator="k3", calibration=cal)
+    assert np.abs(run.orbit_logit[0] - one_beta).max() > 0.1  # the weights matter
 
 
 def test_run_long_starts_at_the_reference(long):

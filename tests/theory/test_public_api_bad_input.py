@@ -359,7 +359,7 @@ EXTRA_VALID.update({
     "error_decomposition": {"exact_probs": _PF["exact"]},
 })
 NOT_CALLABLE_WITH_INPUT |= {"ParametricRun", "GapReport", "ErrorDecomposition", "GapMeasurement",
-                            "BetaSweep", "Verdict"}
+                            "BetaSweep", "Verdict", "PROMPT_BLIND", "STEPS"}
 
 # --- theory.trained_loss (ch. 8): the recurrence of the loss a sampled run trains.
 # Trajectories are (len(steps), prompts) logits; one_step_tv's arrays are coupled by
@@ -390,16 +390,43 @@ KINDS.update({
                                        "nan": [0.3, NAN], "short": [0.3], "scalar": 0.3,
                                        "object": [0.3, None], "complex": [0.3 + 1j, 0.0]}),
 })
+# beta of a trajectory: a number or one per prompt (two prompts in _LOGIT_TRAJ)
+_PER_PROMPT_BETA = Kind(1.0, _numeric({**BETA, "shape": [0.2, 0.3, 0.4]}))
+_GROUPS_BAD = {"str": "01", "bool": [True, False], "float": [0.0, 1.0], "length": [0],
+               "scalar": 0, "nested": [[0, 1]]}
+KINDS.update({
+    "step": _choice("round"),
+    "first_signal": _elem(3, {"zero": 0, "fraction": 1.5, "inf": INF}),
+    "fit_logit_success": Kind(_LOGIT_TRAJ, {**_LOGIT_TRAJ_BAD, "one_row": [[-1.0, 0.5]],
+                                            "no_prompts": np.zeros((3, 0))}),
+    "group": Kind(None, _GROUPS_BAD, optional=True),
+    "fit_group": Kind(None, _GROUPS_BAD, optional=True),
+    "level": _one(2.0, {"inf": INF}),
+    "rate": _one(0.1, {"negative": -0.1, "above": 1.5}),
+    "fit_beta": Kind(1.0, _numeric({**BETA, "shape": [0.2, 0.3, 0.4]})),
+    "predictions": Kind({"x": _LOGIT_TRAJ, "a": np.zeros((3, 2))},
+                        {"None": None, "empty": {}, "list": [_LOGIT_TRAJ],
+                         "shape": {"x": _LOGIT_TRAJ, "a": np.zeros((2, 2))},
+                         "nan": {"x": _LOGIT_TRAJ, "a": np.full((3, 2), NAN)}}),
+    "predictor": Kind("x", {"None": None, "unknown": "nope", "int": 3}),
+    "baselines": Kind(("a",), {"None": None, "empty": (), "unknown": ("nope",),
+                               "predictor": ("x",), "str": "a", "list": ["a"]}),
+})
 OVERRIDES.update({
-    "relaxed_path_logit": {"beta": _one(1.0, BETA)},
-    "trained_loss.fit_step_fraction": {"beta": _one(1.0, BETA)},
-    "judge": {"beta": _one(1.0, BETA),
-              "margin": _one(0.8, {"zero": 0.0, "negative": -1.0, "inf": INF,
+    "trained_loss.fit_step_fraction": {"beta": _PER_PROMPT_BETA},
+    "relaxation_path_logit": {"steps": Kind([0, 1, 2], {
+        k: v for k, v in KINDS["steps"].bad.items() if k != "length"})},
+    "kernel_reference": {"beta": _PER_PROMPT_BETA, "logit_p_ref": Kind(
+        [-1.0, 0.5], _numeric({"inf": INF, "scalar": 0.5, "nested": [[-1.0, 0.5]]}))},
+    "judge": {"margin": _one(0.8, {"zero": 0.0, "negative": -1.0, "inf": INF,
                                    "array": [0.8, 0.9]})},
     # one row is a valid table of shifts (all zero)
     "common_shift": {"logit_success": Kind(_LOGIT_TRAJ, {**_LOGIT_TRAJ_BAD,
                                                          "no_prompts": np.zeros((3, 0)),
                                                          "three_d": np.zeros((3, 2, 1))})},
+    "mean_trajectory": {"logit_success": Kind(_LOGIT_TRAJ, {**_LOGIT_TRAJ_BAD,
+                                                            "no_prompts": np.zeros((3, 0)),
+                                                            "three_d": np.zeros((3, 2, 1))})},
 })
 
 

@@ -421,16 +421,23 @@ def _synthetic(lam: float, n_prompts: int, seed: int,
     return path + noise * rng.normal(size=path.shape) * (steps[:, None] > 0), steps
 
 
+def _judge_k3(judged, fit, steps, lam, beta=0.1, margin=0.8):
+    cal = Calibration(group_size=16)
+    preds = tl.prompt_blind_predictions(judged, steps, fit)
+    preds["k3"] = tl.relaxed_path_logit(judged[0], beta, int(steps[-1]), lam, estimator="k3",
+                                        calibration=cal)[steps]
+    return tl.judge(judged, preds, predictor="k3", baselines=tl.PROMPT_BLIND, margin=margin)
+
+
 def test_judge_passes_trajectories_that_follow_the_recurrence():
     cal = Calibration(group_size=16)
     fit, steps = _synthetic(0.05, 32, 0, 0.05)
     lam = tl.fit_step_fraction(fit, steps, 0.1, estimator="k3", calibration=cal)
-    shift = tl.common_shift(fit)
     judged, _ = _synthetic(0.05, 32, 1, 0.05)
-    verdict = tl.judge(judged, steps, 0.1, lam, shift, estimator="k3", calibration=cal)
-    assert verdict.passed and verdict.ratio < 0.5
-    assert verdict.rmse_predicted < verdict.rmse_no_change
-    assert verdict.rmse_predicted < verdict.rmse_common_shift
+    verdict = _judge_k3(judged, fit, steps, lam)
+    assert verdict.passed and verdict.ratio < 0.8 and verdict.n_prompts == 32
+    assert set(verdict.rmse) == {"k3", *tl.PROMPT_BLIND}
+    assert all(verdict.rmse["k3"] < verdict.rmse[b] for b in tl.PROMPT_BLIND)
 
 
 def test_judge_fails_trajectories_that_do_not():
@@ -442,21 +449,188 @@ def test_judge_fails_trajectories_that_do_not():
     rng = np.random.default_rng(2)
     l_ref = rng.normal(0.0, 2.0, 32)
     prompt_blind = l_ref[None, :] + shift[:, None]
-    verdict = tl.judge(prompt_blind, steps, 0.1, lam, shift, estimator="k3", calibration=cal)
-    assert not verdict.passed and verdict.rmse_common_shift == pytest.approx(0.0, abs=1e-12)
+    verdict = _judge_k3(prompt_blind, fit, steps, lam)
+    assert not verdict.passed and verdict.rmse["common shift"] == pytest.approx(0.0, abs=1e-12)
+    assert verdict.best_baseline == "common shift"
     frozen = np.broadcast_to(l_ref, prompt_blind.shape)
-    verdict = tl.judge(frozen, steps, 0.1, lam, shift, estimator="k3", calibration=cal)
-    assert not verdict.passed and verdict.rmse_no_change == 0.0
+    verdict = _judge_k3(frozen, fit, steps, lam)
+    assert not verdict.passed and verdict.rmse["no change"] == 0.0
+
+
+def test_judge_fails_prompts_that_all_relax_to_one_level():
+    """The audit's case: destinations that do not depend on p_ref lose to the relaxation.
+
+    Every prompt's logit approaches one level at one rate; the recurrence at
+    beta = 0.1 predicts destinations that vary little with p_ref too, so only a
+    baseline that can express one common level tells the two apart.
+    """
+    cal = Calibration(group_size=16)
+    rng = np.random.default_rng(5)
+    steps = np.arange(0, 101, 10)
+    l_fit, l_judged = rng.normal(0.0, 2.0, 32), rng.normal(0.0, 2.0, 32)
+    fit = tl.relaxation_path_logit(l_fit, steps, 3.0, 0.06)
+    judged = tl.relaxation_path_logit(l_judged, steps, 3.0, 0.06)
+    lam = tl.fit_step_fraction(fit, steps, 0.1, estimator="k3", calibration=cal)
+    verdict = _judge_k3(judged, fit, steps, lam)
+    assert not verdict.passed and verdict.best_baseline == "relaxation to a level"
+    assert verdict.rmse["relaxation to a level"] < 1e-5
 
 
 def test_judge_margin_decides():
     cal = Calibration(group_size=16)
     fit, steps = _synthetic(0.05, 16, 0, 0.3)
     lam = tl.fit_step_fraction(fit, steps, 0.1, estimator="k3", calibration=cal)
-    shift = tl.common_shift(fit)
-    strict = tl.judge(fit, steps, 0.1, lam, shift, estimator="k3", margin=1e-6, calibration=cal)
-    loose = tl.judge(fit, steps, 0.1, lam, shift, estimator="k3", margin=10.0, calibration=cal)
+    strict = _judge_k3(fit, fit, steps, lam, margin=1e-6)
+    loose = _judge_k3(fit, fit, steps, lam, margin=10.0)
     assert strict.ratio == loose.ratio and not strict.passed and loose.passed
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    (dict(predictions={}), "predictions must be a non-empty dict"),
+    (dict(predictor="nope"), "predictor must name one of predictions"),
+    (dict(baselines=("nope",)), "baselines must be a non-empty tuple"),
+    (dict(baselines=("x",)), "baselines must be a non-empty tuple"),  # the predictor itself
+    (dict(baselines=()), "baselines must be a non-empty tuple"),
+    (dict(predictions={"x": np.zeros((3, 2)), "a": np.zeros((2, 2))}), r"predictions\['a'\]"),
+    (dict(predictions={"x": np.zeros((3, 2)), "a": np.full((3, 2), np.nan)}), r"predictions"),
+])
+def test_judge_refuses_bad_predictions(kwargs, match):
+    call = {"logit_success": np.zeros((3, 2)), "predictor": "x", "baselines": ("a",),
+            "predictions": {"x": np.zeros((3, 2)), "a": np.ones((3, 2))}, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        tl.judge(**call)
+
+
+def test_relaxation_fit_recovers_its_constants():
+    rng = np.random.default_rng(0)
+    steps = np.arange(0, 161, 10)
+    l_ref = rng.normal(-0.5, 2.0, 40)
+    data = tl.relaxation_path_logit(l_ref, steps, 2.5, 0.04)
+    level, rate = tl.fit_relaxation(data, steps)
+    # exact data: the least-squares optimum is the truth; Nelder-Mead's xatol is 1e-6
+    assert level == pytest.approx(2.5, abs=1e-4) and rate == pytest.approx(0.04, rel=1e-3)
+    np.testing.assert_allclose(tl.relaxation_path_logit(l_ref, steps, level, rate)[0], l_ref)
+
+
+def test_mean_trajectory_is_the_logit_of_the_mean_pos():
+    obs = np.array([[0.0, np.log(3.0)], [np.log(1 / 3), 0.0]])  # PoS (0.5, 0.75), (0.25, 0.5)
+    np.testing.assert_allclose(tl.mean_trajectory(obs), [np.log(0.625 / 0.375),
+                                                          np.log(0.375 / 0.625)])
+
+
+def test_prompt_blind_predictions_fit_each_group_on_its_own():
+    """Two groups of prompts that relax to different levels: each group gets its own."""
+    rng = np.random.default_rng(1)
+    steps = np.arange(0, 101, 10)
+    l_fit, l_judged = rng.normal(0.0, 1.5, 20), rng.normal(0.0, 1.5, 10)
+    fit_group, group = np.repeat([0, 1], 10), np.repeat([0, 1], 5)
+    level = {0: 3.0, 1: -2.0}
+    fit = np.concatenate([tl.relaxation_path_logit(l_fit[fit_group == g], steps, level[g], 0.05)
+                          for g in (0, 1)], axis=1)
+    judged = np.concatenate([tl.relaxation_path_logit(l_judged[group == g], steps, level[g],
+                                                      0.05) for g in (0, 1)], axis=1)
+    preds = tl.prompt_blind_predictions(judged, steps, fit, group=group, fit_group=fit_group)
+    assert list(preds) == list(tl.PROMPT_BLIND)
+    np.testing.assert_allclose(preds["relaxation to a level"], judged, atol=1e-4)
+    np.testing.assert_array_equal(preds["no change"], np.broadcast_to(judged[0], judged.shape))
+    for g in (0, 1):
+        np.testing.assert_allclose(preds["mean trajectory"][:, group == g],
+                                   np.repeat(tl.mean_trajectory(fit[:, fit_group == g])[:, None],
+                                             5, axis=1))
+    pooled = tl.prompt_blind_predictions(judged, steps, fit)  # one group: one level for all
+    assert np.abs(pooled["relaxation to a level"] - judged).max() > 0.5
+    with pytest.raises(ValueError, match="group labels"):
+        tl.prompt_blind_predictions(judged, steps, fit, group=group + 5, fit_group=fit_group)
+    with pytest.raises(ValueError, match="fit_group"):
+        tl.prompt_blind_predictions(judged, steps, fit, group=group, fit_group=group)
+
+
+def test_kernel_reference_learns_a_smooth_function_of_p_ref_and_beta():
+    """Trajectories that are a smooth function of (L_ref, log beta): the kernel reference
+    predicts held prompts much better than the best prompt-blind baseline."""
+    cal = Calibration(group_size=16)
+    rng = np.random.default_rng(3)
+    steps = np.arange(0, 81, 10)
+    betas = np.array([0.1, 0.3, 1.0, 3.0])
+
+    def make(n):
+        l_ref, b = rng.normal(-0.5, 1.5, n), betas[rng.integers(0, 4, n)]
+        return tl.relaxed_path_logit(l_ref, b, 80, 0.05, estimator="k3",
+                                     calibration=cal)[steps], b
+
+    fit, fit_b = make(200)
+    judged, b = make(40)
+    got = tl.kernel_reference(judged[0], b, fit, fit_b)
+    assert got.shape == judged.shape
+    np.testing.assert_array_equal(got[0], judged[0])
+    err = np.sqrt(np.mean((theory.sigmoid(got[1:]) - theory.sigmoid(judged[1:])) ** 2))
+    blind = tl.prompt_blind_predictions(judged, steps, fit)
+    best = min(np.sqrt(np.mean((theory.sigmoid(v[1:]) - theory.sigmoid(judged[1:])) ** 2))
+               for v in blind.values())
+    assert err < 0.3 * best
+    with pytest.raises(ValueError, match="fit_beta"):
+        tl.kernel_reference(judged[0], b, fit, fit_b[:3])
+
+
+def test_round_step_path_has_the_divergence_paths_destination():
+    """The relaxed recurrence of the solved round goes elsewhere in one step, not in the end."""
+    cal = Calibration(group_size=16)
+    l_ref = theory.logit(np.array([0.05, 0.3, 0.7]))
+    div = tl.relaxed_path_logit(l_ref, 1.0, 600, 0.1, estimator="k3", calibration=cal)
+    rnd = tl.relaxed_path_logit(l_ref, 1.0, 600, 0.1, estimator="k3", step="round",
+                                calibration=cal)
+    assert np.abs(div[1] - rnd[1]).min() > 1e-3  # the first steps differ
+    dest = theory.logit(tl.destination(theory.sigmoid(l_ref), 1.0, estimator="k3",
+                                       calibration=cal))
+    np.testing.assert_allclose(rnd[-1], dest, atol=1e-6)
+    np.testing.assert_allclose(div[-1], dest, atol=1e-6)
+    np.testing.assert_allclose(rnd[1], 0.9 * l_ref + 0.1 * tl.round_step_logit(
+        l_ref, l_ref, 1.0, estimator="k3", calibration=cal), rtol=1e-12)
+    with pytest.raises(ValueError, match="step must be one of"):
+        tl.relaxed_path_logit(l_ref, 1.0, 3, 0.1, step="exact")
+
+
+def test_per_prompt_beta_is_each_prompts_own_recurrence():
+    cal = Calibration(group_size=16)
+    l_ref = np.array([-2.0, 0.0, 1.0])
+    betas = np.array([0.1, 1.0, 3.0])
+    both = tl.relaxed_path_logit(l_ref, betas, 20, 0.2, estimator="k3", calibration=cal)
+    for j in range(3):
+        alone = tl.relaxed_path_logit(l_ref[j], float(betas[j]), 20, 0.2, estimator="k3",
+                                      calibration=cal)
+        # the same arithmetic, vectorised: equal up to the rounding of a few ulp
+        np.testing.assert_allclose(both[:, j], alone, rtol=1e-13, atol=1e-14)
+    with pytest.raises(ValueError, match="beta"):
+        tl.relaxed_path_logit(l_ref, betas[:2], 20, 0.2)
+
+
+def test_fit_with_per_prompt_beta_recovers_the_step_fraction():
+    cal = Calibration(group_size=16)
+    rng = np.random.default_rng(4)
+    l_ref, betas = rng.normal(0.0, 1.5, 24), np.resize([0.1, 0.3, 1.0, 3.0], 24)
+    steps = np.arange(0, 61, 6)
+    data = tl.relaxed_path_logit(l_ref, betas, 60, 0.07, estimator="k3",
+                                 calibration=cal)[steps]
+    got = tl.fit_step_fraction(data, steps, betas, estimator="k3", calibration=cal)
+    assert got == pytest.approx(0.07, rel=2e-3)  # minimize_scalar's xatol 1e-3 in log
+    wrong = tl.fit_step_fraction(data, steps, 0.1, estimator="k3", calibration=cal)
+    assert abs(wrong - 0.07) > 0.01  # one beta for all fits other data
+
+
+def test_signal_delayed_path_holds_until_the_first_signal():
+    cal = Calibration(group_size=16)
+    l_ref = theory.logit(np.array([1e-4, 1e-4, 1e-4]))
+    first = np.array([1, 5, 99])
+    got = tl.signal_delayed_path_logit(l_ref, 0.1, 20, 0.1, first, estimator="k3",
+                                       calibration=cal)
+    free = tl.relaxed_path_logit(l_ref, 0.1, 20, 0.1, estimator="k3", calibration=cal)
+    np.testing.assert_array_equal(got[:, 0], free[:, 0])  # a signal at once: the recurrence
+    np.testing.assert_array_equal(got[:5, 1], np.full(5, l_ref[1]))
+    np.testing.assert_array_equal(got[5:, 1], free[1:17, 1])  # iteration 5 is its first step
+    np.testing.assert_array_equal(got[:, 2], np.full(21, l_ref[2]))  # never: stays
+    for bad in ([0, 1, 2], [1.5, 2, 3], [np.nan, 1, 1], [1, 2]):
+        with pytest.raises(ValueError, match="first_signal"):
+            tl.signal_delayed_path_logit(l_ref, 0.1, 20, 0.1, bad)
 
 
 def test_split_prompts_is_a_seeded_partition_into_halves():
