@@ -105,6 +105,9 @@ CLAIMS: dict[str, str] = {
     "toy_fig3": "The book's toy analog of Figure 3 (not a claim of the paper): in a 2-layer "
                 "transformer trained with plain k3, each prompt's exact success follows the "
                 "relaxed k3 recurrence from its own p_ref better than prompt-blind baselines",
+    "toy_fig3_zero": "The book's toy analog of Figure 3's prompts that the reference never solves "
+                     "(not a claim of the paper): such a prompt stays at p_ref until one of its "
+                     "groups of G samples holds a success, as the finite-group weights say",
 }
 
 
