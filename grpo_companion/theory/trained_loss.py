@@ -69,7 +69,7 @@ from ._validate import (
 from .calibration import Calibration, resolve_calibration
 from .dynamics import pos_map_logit
 from .kl_estimators import ESTIMATOR_TARGETS, _reverse_kl_policy, reverse_kl_fixed_points
-from .logistic import sigmoid
+from .logistic import logit, sigmoid
 from .roots import fixed_points
 
 __all__ = [
@@ -361,6 +361,21 @@ def _check_trajectories(logit_success: ArrayLike, steps: ArrayLike,
     return obs, at
 
 
+def _check_table(logit_success: ArrayLike, min_rows: int = 1) -> np.ndarray:
+    """Checked logits ``(rows >= min_rows, prompts >= 1)``."""
+    obs = _check_logits("logit_success", logit_success)
+    if obs.ndim != 2 or obs.shape[0] < min_rows or obs.shape[1] == 0:
+        raise ValueError(f"logit_success must have shape (rows >= {min_rows}, prompts >= 1), "
+                         f"got shape {obs.shape}")
+    return obs
+
+
+def _pos_logit(pos: np.ndarray) -> np.ndarray:
+    """The success logit of a PoS, within the cap (0 and 1 map to -cap and +cap)."""
+    with np.errstate(divide="ignore"):
+        return np.clip(logit(pos), -_LOGIT_CAP, _LOGIT_CAP)
+
+
 def common_shift(logit_success: ArrayLike) -> np.ndarray:
     """A prompt-blind baseline: the mean logit change of each row from row 0.
 
@@ -368,10 +383,7 @@ def common_shift(logit_success: ArrayLike) -> np.ndarray:
     ``L_ref + shift[n]`` for every prompt says "all prompts move alike", which
     the per-prompt recurrence must beat to show it knows more than the trend.
     """
-    obs = _check_logits("logit_success", logit_success)
-    if obs.ndim != 2 or obs.shape[1] == 0:
-        raise ValueError(f"logit_success must have shape (rows, prompts >= 1), got shape "
-                         f"{obs.shape}")
+    obs = _check_table(logit_success)
     return np.mean(obs - obs[:1], axis=1)
 
 
@@ -416,12 +428,7 @@ def relaxation_path_logit(logit_p_ref: ArrayLike, steps: ArrayLike, level: float
 
 def mean_trajectory(logit_success: ArrayLike) -> np.ndarray:
     """A prompt-blind baseline: the logit of the prompts' mean PoS at each row, ``(rows,)``."""
-    obs = _check_logits("logit_success", logit_success)
-    if obs.ndim != 2 or obs.shape[1] == 0:
-        raise ValueError(f"logit_success must have shape (rows, prompts >= 1), got shape "
-                         f"{obs.shape}")
-    mean = np.mean(sigmoid(obs), axis=1)
-    return np.clip(np.log(mean) - np.log1p(-mean), -_LOGIT_CAP, _LOGIT_CAP)
+    return _pos_logit(np.mean(sigmoid(_check_table(logit_success)), axis=1))
 
 
 def _check_groups(name: str, value: ArrayLike | None, n: int) -> np.ndarray:
@@ -521,7 +528,7 @@ def kernel_reference(
 
     def predict(w: np.ndarray) -> np.ndarray:
         pos = sigmoid(fit[1:]) @ w.T / w.sum(axis=1)  # (rows - 1, prompts): mean PoS
-        return np.clip(np.log(pos) - np.log1p(-pos), -_LOGIT_CAP, _LOGIT_CAP)
+        return _pos_logit(pos)
 
     def loo_error(h: float) -> float:
         w = weights(z_fit, h)
@@ -570,10 +577,7 @@ def judge(
     the verdict compares ``predictor`` with the best of ``baselines``: it passes
     when its error is at most ``margin`` times that one's.
     """
-    obs = _check_logits("logit_success", logit_success)
-    if obs.ndim != 2 or obs.shape[0] < 2 or obs.shape[1] == 0:
-        raise ValueError(f"logit_success must have shape (rows >= 2, prompts >= 1), got "
-                         f"shape {obs.shape}")
+    obs = _check_table(logit_success, min_rows=2)
     if not isinstance(predictions, dict) or not predictions:
         raise ValueError(f"predictions must be a non-empty dict of name -> logits, got "
                          f"{type(predictions).__name__}")
