@@ -1,0 +1,708 @@
+"""Several seeds of chapter 8's long run, trained as one batched computation.
+
+:func:`run_seeds_batched` returns what ``[run_long(replace(config, seed=s)) for s in seeds]``
+returns (:func:`grpo_companion.rl.long_run.run_long`, torch on one thread), up to float
+rounding, but the GRPO iterations of all seeds are one computation: the transformers'
+parameters are stacked with a leading seed dimension ``S`` and every forward pass, backward
+pass and Adam step is taken once for all seeds.
+
+Why the numbers are those of the separate runs:
+
+- **Everything random is drawn as the separate run draws it.** Each seed has its own
+  trainer state (:func:`~grpo_companion.rl.trainer.prepare_run`), hence its own
+  ``torch.Generator`` seeded with the seed. Per iteration the prompts are chosen by the
+  trainer's own code on that generator, and at each token of the sampling the next-token
+  distribution of every seed is computed in one batched pass, then drawn by
+  ``torch.multinomial`` on that seed's ``(rows, vocabulary)`` probabilities with that
+  seed's generator, seed after seed: the same call, on the same shape, in the same order
+  as in ``TinyCausalTransformer.sample_with_logprobs``. How many random numbers
+  ``multinomial`` takes depends on the shape only, so each generator stays in step with
+  the separate run's, and a token differs only if a draw falls within rounding of a
+  boundary between two tokens (see ``tests/rl/test_seed_batch.py``). The held-out sampled
+  evaluation at iteration 0 and the last (``sampled_held``) is the trainer's own
+  (``_SequenceSteps.metrics``, with its per-iteration generator), run per seed.
+- **The loss is the trainer's.** The per-token loss is
+  :func:`~grpo_companion.rl.losses.per_token_loss` on the rows of all seeds at once (it
+  acts token by token, with the per-row ``beta`` of ``run.prompt_beta``), reduced per
+  seed by :func:`~grpo_companion.rl.losses.aggregate`, exactly as ``_sampled_loss``
+  calls them; the advantages are :func:`~grpo_companion.rl.losses.group_advantages` of
+  each seed's rewards. The sum of the seeds' losses is differentiated: seed ``s``'s
+  parameters enter seed ``s``'s loss only, so each slice of the gradient is that seed's
+  own gradient. Adam is elementwise, so one ``torch.optim.Adam`` over the stacked
+  tensors (with the trainer's hyperparameters) is one Adam per seed.
+- **The forward pass is the model's.** :class:`_Stack` computes
+  ``TinyCausalTransformer``'s forward pass (pre-LayerNorm blocks, causal attention by
+  ``scaled_dot_product_attention``, GELU MLP, final LayerNorm and head) with stacked
+  weights. It groups the work differently (a group's rows share its prompt's keys and
+  values; a row's completion tokens attend to them through one mask), which changes the
+  rounding only. Every call checks it against the model's own ``token_logprobs`` and
+  ``output_log_probs`` on each seed before training (``RuntimeError`` if they disagree),
+  so an edited model cannot silently diverge from it. (``torch.func.vmap`` of the model's
+  own methods over stacked parameters was tried first: torch 2.13 has no batching rule
+  for CPU ``scaled_dot_product_attention`` and falls back to a loop over the seeds, which
+  made it slower than the separate runs.)
+- **The recording is long_run's.** Each seed has its own ``long_run._Recorder``; the
+  exact enumerations it asks of the current policy after an iteration (the batch's
+  prompts, and at a recorded iteration the trained and held-out sets) are computed for
+  all seeds in one batched enumeration and handed to it; anything else it asks (pi_ref,
+  the previous policy of a prompt that was not in the last batch) it computes itself on
+  that seed's module, which holds a copy of that seed's slice of the parameters.
+
+Supervised pre-training stays per seed (the trainer's ``pretrain``, on one thread: the
+reference policies are bit for bit those of the separate runs); with the chapter's
+configuration it takes about 15 s per seed.
+
+Time. ``train_seconds`` and ``record_seconds`` of each :class:`LongRun` are shares of the
+batch: the recorder's own time for that seed plus an equal share of the batched
+enumerations is ``record_seconds``; an equal share of the rest of the batch's wall time
+(from the end of the last seed's set-up, after its pre-training and the record of
+iteration 0, to the end) is ``train_seconds``. Their sums over the seeds are the batch's
+wall time.
+
+Cores. The batch runs on one torch thread by default (``threads`` raises it for the
+GRPO iterations; on a machine shared with other work, two threads were several times
+slower than one). ``workers=k`` trains ``k`` parts of the seeds as ``k`` batches in spawned
+processes, which also spreads the per-seed pre-training over the cores
+(``benchmarks/bench_seeds.py`` compares the ways).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import multiprocessing
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from grpo_companion.rl import losses
+from grpo_companion.rl import trainer as _trainer
+from grpo_companion.rl.long_run import LongRun, _Recorder, exact_success
+from grpo_companion.rl.policies import TinyCausalTransformer
+from grpo_companion.rl.trainer import TrainConfig, TrainingFault, prepare_run
+
+__all__ = ["run_seeds_batched"]
+
+#: Rows of a prompt whose completions attend to its keys in one attention block: a block of
+#: ``b`` rows of ``t`` tokens is one ``(b t) x (prompt + b t)`` attention with a mask.
+_BLOCK_ROWS = 16
+#: Largest number of (seed, prompt, prefix) rows one enumeration pass holds.
+_ENUM_ROWS = 1 << 16
+#: How far the batched forward pass may be from the model's own, in units of the float
+#: type's epsilon times the size of the log-probabilities (rounding only).
+_SELF_CHECK_ULPS = 256
+
+
+class _Stack:
+    """``TinyCausalTransformer`` forward passes of ``S`` models at once, weights stacked.
+
+    ``params`` maps the model's parameter names to tensors ``(S, *shape)``. Prompts are
+    ``(S, N, prompt length)``; a prompt's ``R`` rows of completion tokens are
+    ``(S, N, R, t)``. The arithmetic is the model's (see the module docstring).
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        if type(model) is not TinyCausalTransformer:
+            raise ValueError(f"the batched engine computes TinyCausalTransformer, got a "
+                             f"{type(model).__name__}")
+        self.n_layers = len(model.blocks)
+        self.n_heads = model.blocks[0].n_heads
+        self.width = model.embed.embedding_dim
+        self.vocab = model.head.out_features
+        self.eos, self.pad = model.eos_id, model.pad_id
+        expected = {"embed.weight", "position", "norm.weight", "norm.bias", "head.weight",
+                    "head.bias"}
+        for i in range(self.n_layers):
+            expected |= {f"blocks.{i}.{part}.{kind}" for kind in ("weight", "bias")
+                         for part in ("norm1", "qkv", "proj", "norm2", "mlp.0", "mlp.2")}
+        names = {name for name, _ in model.named_parameters()}
+        norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+        gelus = [m for m in model.modules() if isinstance(m, torch.nn.GELU)]
+        if (names != expected or list(model.named_buffers()) or len(gelus) != self.n_layers
+                or len({(m.eps, m.elementwise_affine) for m in norms}) != 1
+                or len({m.approximate for m in gelus}) != 1 or not norms[0].elementwise_affine):
+            raise ValueError("the batched engine mirrors TinyCausalTransformer's layout (embed, "
+                             "position, pre-LayerNorm blocks qkv/proj/mlp, norm, head); this "
+                             f"model has other parts: {sorted(names ^ expected)}")
+        self.norm_eps, self.gelu = norms[0].eps, gelus[0].approximate
+        self.others = [t for t in range(self.vocab) if t != self.eos]
+
+    # ------------------------------------------------------------- building blocks
+    @staticmethod
+    def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """``x (S, ..., in) @ weight[s].T + bias[s]`` for each seed ``s``."""
+        shape = x.shape
+        y = torch.baddbmm(bias.unsqueeze(1), x.reshape(shape[0], -1, shape[-1]),
+                          weight.transpose(1, 2))
+        return y.view(*shape[:-1], weight.shape[1])
+
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = F.layer_norm(x.reshape(shape[0], -1, shape[-1]), shape[-1:], eps=self.norm_eps)
+        return (y * weight.unsqueeze(1) + bias.unsqueeze(1)).view(shape)
+
+    def _embed(self, p: dict[str, torch.Tensor], tokens: torch.Tensor,
+               start: int) -> torch.Tensor:
+        """Token plus position embeddings of ``tokens (S, ..., L)`` at positions ``start..``."""
+        seeds, length = tokens.shape[0], tokens.shape[-1]
+        offset = torch.arange(seeds, device=tokens.device).view(seeds, *[1] * (tokens.ndim - 1))
+        table = p["embed.weight"]
+        x = F.embedding(tokens + offset * self.vocab, table.reshape(-1, table.shape[-1]))
+        position = p["position"][:, start:start + length]
+        return x + position.view(seeds, *[1] * (tokens.ndim - 2), length, -1)
+
+    def _mlp(self, p: dict[str, torch.Tensor], i: int, x: torch.Tensor) -> torch.Tensor:
+        b = f"blocks.{i}."
+        h = self._norm(x, p[b + "norm2.weight"], p[b + "norm2.bias"])
+        h = F.gelu(self._linear(h, p[b + "mlp.0.weight"], p[b + "mlp.0.bias"]),
+                   approximate=self.gelu)
+        return x + self._linear(h, p[b + "mlp.2.weight"], p[b + "mlp.2.bias"])
+
+    def _head(self, p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return self._linear(self._norm(x, p["norm.weight"], p["norm.bias"]), p["head.weight"],
+                            p["head.bias"])
+
+    # ------------------------------------------------------------------ passes
+    def prompt_pass(self, p: dict[str, torch.Tensor], prompts: torch.Tensor) -> tuple[
+            torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Next-token logits after each prompt ``(S, N, V)``, and its keys and values.
+
+        The keys and values of each block are ``(S, N, heads, prompt length, head width)``.
+        """
+        seeds, n, length = prompts.shape
+        heads, dh = self.n_heads, self.width // self.n_heads
+        x = self._embed(p, prompts, 0)
+        cache = []
+        for i in range(self.n_layers):
+            b = f"blocks.{i}."
+            h = self._norm(x, p[b + "norm1.weight"], p[b + "norm1.bias"])
+            q, k, v = (t.reshape(seeds * n, length, heads, dh).transpose(1, 2) for t in
+                       self._linear(h, p[b + "qkv.weight"], p[b + "qkv.bias"]).split(
+                           self.width, dim=-1))
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            attn = attn.transpose(1, 2).reshape(seeds, n, length, self.width)
+            x = x + self._linear(attn, p[b + "proj.weight"], p[b + "proj.bias"])
+            x = self._mlp(p, i, x)
+            cache.append((k.view(seeds, n, heads, length, dh), v.view(seeds, n, heads, length,
+                                                                       dh)))
+        return self._head(p, x[:, :, -1]), cache
+
+    def extend(self, p: dict[str, torch.Tensor],
+               cache: list[tuple[torch.Tensor, torch.Tensor]],
+               tokens: torch.Tensor, *, keep: bool = False) -> Any:
+        """Logits ``(S, N, R, t, V)`` after each of the ``t`` tokens of each row.
+
+        Row ``r`` of context ``n`` is the context followed by ``tokens[:, n, r]``; each of
+        its tokens attends to the context's keys and values (``cache``, as
+        :meth:`prompt_pass` returns them) and, causally, to its own row. ``_BLOCK_ROWS``
+        rows of a context form one attention block whose mask keeps the rows apart. With
+        ``keep``, also the rows' own keys and values, per block ``(S, N, R, heads, t,
+        head width)`` (for :meth:`_descend`).
+        """
+        seeds, n, rows, t = tokens.shape
+        heads, dh = self.n_heads, self.width // self.n_heads
+        start = cache[0][0].shape[3]
+        block = min(rows, _BLOCK_ROWS)
+        n_blocks = -(-rows // block)
+        if n_blocks * block != rows:  # filler rows, dropped at the end
+            filler = tokens.new_full((seeds, n, n_blocks * block - rows, t), self.pad)
+            tokens = torch.cat([tokens, filler], dim=2)
+        device = tokens.device
+        row = torch.arange(block * t, device=device) // t
+        pos = torch.arange(block * t, device=device) % t
+        own = (row[:, None] == row[None, :]) & (pos[None, :] <= pos[:, None])
+        mask = torch.cat([torch.ones(block * t, start, dtype=torch.bool, device=device), own],
+                         dim=1)
+        x = self._embed(p, tokens, start)  # (S, N, R', t, d)
+        units = seeds * n * n_blocks
+        kept = []
+        for i in range(self.n_layers):
+            b = f"blocks.{i}."
+            past_k, past_v = cache[i]
+            h = self._norm(x, p[b + "norm1.weight"], p[b + "norm1.bias"])
+            q, k, v = (u.reshape(seeds, n, n_blocks, block * t, heads, dh).transpose(3, 4)
+                       for u in self._linear(h, p[b + "qkv.weight"], p[b + "qkv.bias"]).split(
+                           self.width, dim=-1))
+            shared = (seeds, n, n_blocks, heads, start, dh)
+            keys = torch.cat([past_k.unsqueeze(2).expand(shared), k], dim=4)
+            values = torch.cat([past_v.unsqueeze(2).expand(shared), v], dim=4)
+            attn = F.scaled_dot_product_attention(
+                q.reshape(units, heads, block * t, dh),
+                keys.reshape(units, heads, start + block * t, dh),
+                values.reshape(units, heads, start + block * t, dh), attn_mask=mask)
+            attn = attn.view(seeds, n, n_blocks, heads, block * t, dh).transpose(3, 4)
+            x = x + self._linear(attn.reshape(x.shape), p[b + "proj.weight"], p[b + "proj.bias"])
+            x = self._mlp(p, i, x)
+            if keep:
+                kept.append(tuple(
+                    u.view(seeds, n, n_blocks, heads, block, t, dh).transpose(3, 4).reshape(
+                        seeds, n, n_blocks * block, heads, t, dh)[:, :, :rows] for u in (k, v)))
+        logits = self._head(p, x)[:, :, :rows]
+        return (logits, kept) if keep else logits
+
+    @staticmethod
+    def _descend(cache: list[tuple[torch.Tensor, torch.Tensor]],
+                 kept: list[tuple[torch.Tensor, torch.Tensor]]) -> list[
+                     tuple[torch.Tensor, torch.Tensor]]:
+        """Each row of :meth:`extend` as a context of its own: ``(S, N * R, heads, L + t, .)``."""
+        out = []
+        for (past_k, past_v), (own_k, own_v) in zip(cache, kept, strict=True):
+            seeds, n, rows = own_k.shape[:3]
+            pair = []
+            for past, own in ((past_k, own_k), (past_v, own_v)):
+                shared = past.unsqueeze(2).expand(seeds, n, rows, *past.shape[2:])
+                pair.append(torch.cat([shared, own], dim=4).flatten(1, 2))
+            out.append((pair[0], pair[1]))
+        return out
+
+    def token_logprobs(self, p: dict[str, torch.Tensor], prompts: torch.Tensor,
+                       completions: torch.Tensor, group: int, temperature: float) -> torch.Tensor:
+        """``TinyCausalTransformer.token_logprobs`` of each seed: ``(S, N * group, T)``."""
+        seeds, n = prompts.shape[:2]
+        rows, t = completions.shape[1:]
+        first, cache = self.prompt_pass(p, prompts)
+        logits = first.view(seeds, n, 1, 1, -1).expand(seeds, n, group, 1, self.vocab)
+        if t > 1:
+            later = self.extend(p, cache, completions[:, :, :-1].reshape(seeds, n, group, t - 1))
+            logits = torch.cat([logits, later], dim=3)
+        logp = torch.log_softmax(logits / temperature, dim=-1).reshape(seeds, rows, t, -1)
+        return logp.gather(3, completions.unsqueeze(3)).squeeze(3)
+
+    def sample(self, p: dict[str, torch.Tensor], prompts: torch.Tensor, group: int,
+               generators: Sequence[torch.Generator], max_new_tokens: int,
+               temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``TinyCausalTransformer.sample`` of each seed with its own generator.
+
+        The draws are those of ``sample_with_logprobs``: at each token, ``multinomial`` on
+        the seed's ``(rows, V)`` probabilities with the seed's generator, seed after seed.
+        """
+        seeds, n = prompts.shape[:2]
+        rows = n * group
+        done = torch.zeros(seeds, rows, dtype=torch.bool, device=prompts.device)
+        tokens: list[torch.Tensor] = []
+        masks: list[torch.Tensor] = []
+        first, cache = self.prompt_pass(p, prompts)
+        logits = first.repeat_interleave(group, dim=1)
+        for step in range(max_new_tokens):
+            if step:
+                drawn_so_far = torch.stack(tokens, dim=2).view(seeds, n, group, step)
+                logits = self.extend(p, cache, drawn_so_far)[:, :, :, -1].reshape(
+                    seeds, rows, -1)
+            probs = (logits / temperature).softmax(-1)
+            drawn = torch.stack([
+                torch.multinomial(probs[s].contiguous(), 1, generator=generators[s]).squeeze(1)
+                for s in range(seeds)])
+            drawn = torch.where(done, torch.full_like(drawn, self.pad), drawn)
+            masks.append(~done)
+            done = done | (drawn == self.eos)
+            tokens.append(drawn)
+        return torch.stack(tokens, dim=2), torch.stack(masks, dim=2)
+
+    def output_log_probs(self, p: dict[str, torch.Tensor], prompts: torch.Tensor,
+                         max_new_tokens: int, temperature: float) -> tuple[
+                             torch.Tensor, list[tuple[int, ...]]]:
+        """``TinyCausalTransformer.output_log_probs`` of each seed: ``(S, N, outputs)``.
+
+        Float64, with the completions in the model's order: at each level ``l`` the prefixes
+        of ``l`` non-EOS tokens (in ``itertools.product`` order) followed by EOS, then the
+        ``max_new_tokens`` tokens without EOS. Prompts are taken in chunks of at most
+        ``_ENUM_ROWS`` rows.
+        """
+        seeds, n = prompts.shape[:2]
+        widest = len(self.others) ** max(max_new_tokens - 1, 0)
+        chunk = max(1, _ENUM_ROWS // (seeds * widest))
+        parts = [self._enumerate(p, prompts[:, i:i + chunk], max_new_tokens, temperature)
+                 for i in range(0, n, chunk)]
+        outputs: list[tuple[int, ...]] = []
+        for level in range(max_new_tokens):
+            outputs += [(*prefix, self.eos) for prefix in
+                        itertools.product(self.others, repeat=level)]
+        outputs += list(itertools.product(self.others, repeat=max_new_tokens))
+        return torch.cat(parts, dim=1), outputs
+
+    def _enumerate(self, p: dict[str, torch.Tensor], prompts: torch.Tensor,
+                   max_new_tokens: int, temperature: float) -> torch.Tensor:
+        """The prefix tree level by level, as the model expands it (each prefix run once).
+
+        Level ``l``'s prefixes are contexts of their own (their keys and values: the
+        parent's and their last token's); their children are one new token each.
+        """
+        seeds, n = prompts.shape[:2]
+        device = prompts.device
+        others = torch.tensor(self.others, device=device)
+        width = len(self.others)
+        logits, cache = self.prompt_pass(p, prompts)
+        logits = logits.unsqueeze(2)  # (S, contexts, 1, V)
+        columns = []
+        prefix_logp = torch.zeros(seeds, n, 1, dtype=torch.float64, device=device)
+        for level in range(max_new_tokens):
+            if level:
+                contexts = cache[0][0].shape[1]
+                children = others.view(1, 1, width, 1).expand(seeds, contexts, width, 1)
+                logits, kept = self.extend(p, cache, children, keep=True)
+                logits = logits[:, :, :, -1]
+                if level < max_new_tokens - 1:
+                    cache = self._descend(cache, kept)
+            logq = torch.log_softmax(logits.double() / temperature, dim=-1).reshape(
+                seeds, n, -1, self.vocab)
+            columns.append(prefix_logp + logq[..., self.eos])
+            prefix_logp = (prefix_logp.unsqueeze(3) + logq[..., others]).reshape(seeds, n, -1)
+        columns.append(prefix_logp)
+        return torch.cat(columns, dim=2)
+
+
+class _Enumerated:
+    """Stands in for a policy in ``long_run.exact_success``: its enumeration, computed already."""
+
+    def __init__(self, log_probs: torch.Tensor, outputs: list[tuple[int, ...]]) -> None:
+        self.log_probs, self.outputs = log_probs, outputs
+
+    def parameters(self) -> Iterator[torch.Tensor]:
+        yield self.log_probs
+
+    def output_log_probs(self, prompts: torch.Tensor, **_: Any) -> tuple[
+            torch.Tensor, list[tuple[int, ...]]]:
+        return self.log_probs, self.outputs
+
+
+class _SeedRecorder(_Recorder):
+    """long_run's recorder of one seed; enumerations of ``run.policy`` handed in are used.
+
+    ``ready`` maps a tuple of prompt indices to their enumeration ``(prompts, outputs)``
+    under the current policy (the engine's batched one); any other enumeration the
+    recorder asks for is computed as in :func:`~grpo_companion.rl.long_run.run_long`.
+    """
+
+    def __init__(self, run: Any, trained: np.ndarray, record_every: int) -> None:
+        super().__init__(run, trained, record_every)
+        self.ready: dict[tuple[int, ...], torch.Tensor] = {}
+        self.outputs: list[tuple[int, ...]] = []
+
+    def _exact(self, policy: torch.nn.Module, idx: np.ndarray) -> tuple[
+            np.ndarray, np.ndarray, np.ndarray]:
+        log_probs = self.ready.get(tuple(int(i) for i in idx)) if policy is self.run.policy \
+            else None
+        if log_probs is None:
+            return super()._exact(policy, idx)
+        return exact_success(_Enumerated(log_probs, self.outputs), self.task, idx, self.temp)
+
+
+def _check_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def _check_request(config: Any, seeds: Any, record_every: Any, workers: Any,
+                   threads: Any) -> list[int]:
+    """The supported case only; ``ValueError`` naming the parameter otherwise."""
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if config.task != "sequence" or config.exact or config.grpo_prompts is None:
+        raise ValueError("config must be a sampled task='sequence' run with grpo_prompts set "
+                         f"(the batched engine trains chapter 8's long run), got "
+                         f"task={config.task!r}, exact={config.exact!r}, "
+                         f"grpo_prompts={config.grpo_prompts!r}")
+    if config.optimizer != "adam":
+        raise ValueError(f"optimizer must be 'adam' for the batched engine (Adam is elementwise, "
+                         f"so one Adam on stacked parameters is one per seed), got "
+                         f"{config.optimizer!r}")
+    if config.kl not in losses.KL_ESTIMATORS:
+        raise ValueError(f"kl must be one of {losses.KL_ESTIMATORS} for the batched engine, "
+                         f"got {config.kl!r}")
+    if config.ref_reset_every is not None:
+        raise ValueError(f"ref_reset_every must be None for the batched engine (pi_ref stays "
+                         f"fixed), got {config.ref_reset_every!r}")
+    _check_int("record_every", record_every)
+    _check_int("workers", workers)
+    _check_int("threads", threads)
+    if isinstance(seeds, np.ndarray) and seeds.ndim == 1:
+        seeds = seeds.tolist()
+    if isinstance(seeds, str | bytes) or not isinstance(seeds, Sequence) or not seeds:
+        raise ValueError(f"seeds must be a non-empty list of distinct ints, got {seeds!r}")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, int | np.integer):
+            raise ValueError(f"seeds must be a non-empty list of distinct ints, got the "
+                             f"element {s!r} in {seeds!r}")
+    values = [int(s) for s in seeds]
+    if len(set(values)) != len(values):
+        twice = sorted({s for s in values if values.count(s) > 1})
+        raise ValueError(f"seeds must be a non-empty list of distinct ints, got {twice} more "
+                         "than once")
+    for s in values:  # the config's own range check, naming the seed
+        dataclasses.replace(config, seed=s)
+    return values
+
+
+def _generators(runs: Sequence[Any]) -> list[torch.Generator]:
+    """Each seed's training generator (the trainer's ``run.generator``)."""
+    return [run.generator for run in runs]
+
+
+def _held_success(run: Any) -> np.ndarray:
+    """The trainer's sampled held-out PoS of ``run.policy`` at ``run.iteration``."""
+    with torch.no_grad():
+        metrics = _trainer._SequenceSteps.metrics(run, run.policy)
+    return metrics["success_prob"].double().cpu().numpy()
+
+
+def _self_check(stack: _Stack, runs: Sequence[Any], params: dict[str, torch.Tensor]) -> None:
+    """The batched passes against the model's own methods on each seed (rounding only)."""
+    task, config = runs[0].task, runs[0].config
+    device = runs[0].device
+    idx = torch.stack([torch.as_tensor(run.task.eval_idx[:2], device=device) for run in runs])
+    prompts = torch.stack([run.task.prompts(i) for run, i in zip(runs, idx, strict=True)])
+    t, group = task.max_new_tokens, 3
+    completions = (torch.arange(2 * group * t, device=device).view(2 * group, t) * 7 + 3) % (
+        stack.vocab)
+    completions = completions.expand(len(runs), -1, -1)
+    with torch.no_grad():
+        batched = stack.token_logprobs(params, prompts, completions, group, config.temperature)
+        enumerated, outputs = stack.output_log_probs(params, prompts, t, config.temperature)
+        for s, run in enumerate(runs):
+            own = run.policy.token_logprobs(prompts[s], completions[s], group,
+                                            temperature=config.temperature)
+            own_enum, own_outputs = run.policy.output_log_probs(
+                prompts[s], max_new_tokens=t, temperature=config.temperature)
+            eps = torch.finfo(own.dtype).eps
+            gaps = {"token_logprobs": float((batched[s] - own).abs().max()),
+                    "output_log_probs": float((enumerated[s] - own_enum).abs().max())}
+            sizes = {"token_logprobs": float(own.abs().max()),
+                     "output_log_probs": float(own_enum.abs().max())}
+            wrong = any(gaps[k] > _SELF_CHECK_ULPS * eps * (1.0 + sizes[k]) for k in gaps)
+            if own_outputs != outputs or wrong:
+                raise RuntimeError(
+                    "the batched forward pass of grpo_companion.rl.seed_batch no longer "
+                    f"computes TinyCausalTransformer's (seed {run.config.seed}: largest "
+                    f"differences {gaps}, outputs in the same order: {own_outputs == outputs}); "
+                    "update seed_batch._Stack to the model")
+
+
+def _check_finite(runs: Sequence[Any], params: dict[str, torch.Tensor],
+                  step_losses: torch.Tensor, n: int) -> None:
+    """The separate runs' divergence check (``trainer._check_finite``), per seed."""
+    for s, run in enumerate(runs):
+        bad = [name for name, p in params.items() if not bool(torch.isfinite(p[s]).all())]
+        if not bool(torch.isfinite(step_losses[:, s]).all()):
+            bad.append("loss")
+        if bad:
+            raise TrainingFault(f"training diverged at iteration {n} of seed {run.config.seed}: "
+                                f"{', '.join(bad)} became inf or NaN (lower --lr or raise "
+                                "--beta)")
+
+
+def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
+                   threads: int) -> list[LongRun]:
+    """The batched engine in this process (see :func:`run_seeds_batched`)."""
+    configs = [dataclasses.replace(config, seed=s, eval_every=config.iterations, progress=False)
+               for s in seeds]
+    runs, recorders, held = [], [], []
+    for cfg in configs:  # each seed's trainer state, pi_ref and iteration 0, as run_long
+        run = prepare_run(cfg).run_state
+        trained = run.task.grpo_pool(cfg.grpo_prompts, cfg.seed)
+        recorder = _SeedRecorder(run, trained, record_every)
+        run.pretrain()
+        held.append([_held_success(run)])
+        recorder.start()
+        runs.append(run)
+        recorders.append(recorder)
+    started = time.perf_counter()
+    enum_seconds = 0.0
+    first = runs[0]
+    device, temp, group = first.device, config.temperature, config.group_size
+    t = first.task.max_new_tokens
+    stack = _Stack(first.policy)
+    names = [name for name, _ in first.policy.named_parameters()]
+    params = {name: torch.stack([dict(r.policy.named_parameters())[name].detach()
+                                 for r in runs]).clone().requires_grad_(True) for name in names}
+    ref = {name: torch.stack([dict(r.ref_policy.named_parameters())[name].detach()
+                              for r in runs]) for name in names}
+    hyper = {k: v for k, v in first.optimizer.param_groups[0].items() if k != "params"}
+    optimizer = torch.optim.Adam(list(params.values()), **hyper)
+    needs_ref = config.beta > 0 and config.alpha > 0
+    generators = _generators(runs)
+    trained = torch.stack([torch.as_tensor(r.trained, device=device) for r in recorders])
+    held_out = torch.stack([torch.as_tensor(r.task.eval_idx, device=device) for r in runs])
+    clip_fraction = np.zeros((len(runs), config.iterations))
+    seeds_n = len(runs)
+    _self_check(stack, runs, params)
+    with _threads(threads):
+        for n in range(1, config.iterations + 1):
+            for run in runs:
+                run.iteration = n
+            chosen = [_trainer._SequenceSteps.choose_prompts(run) for run in runs]
+            prompts = torch.stack([run.task.prompts(c) for run, c in zip(runs, chosen,
+                                                                         strict=True)])
+            # views of the parameters without autograd: they follow the Adam steps in place
+            detached = {k: v.detach() for k, v in params.items()}
+            with torch.no_grad():  # lines 5-8 of Algorithm 1, every seed at once
+                completions, mask = stack.sample(detached, prompts, group, generators, t, temp)
+                advantages, betas = [], []
+                for s, run in enumerate(runs):
+                    rewards = run.task.reward(chosen[s], completions[s], mask[s], group).to(
+                        run.dtype)
+                    run.chosen, run.rewards = chosen[s], rewards.view(len(chosen[s]), group)
+                    try:
+                        advantages.append(losses.group_advantages(
+                            run.rewards, dataclasses.replace(run.calibration,
+                                                             group_size=None)).view(-1))
+                    except ValueError as err:
+                        raise _trainer._weights_fault(run, str(err)) from None
+                    if run.prompt_beta is not None:
+                        betas.append(run.prompt_beta[chosen[s]].repeat_interleave(group))
+                advantage = torch.cat(advantages)
+                beta: float | torch.Tensor = torch.cat(betas) if betas else config.beta
+                ref_logp = (stack.token_logprobs(ref, prompts, completions, group, temp)
+                            .flatten(0, 1) if needs_ref else None)
+            mask_f = mask.to(params["position"].dtype)
+            clipped_tokens = torch.zeros_like(mask_f)
+            old = None
+            step_losses = []
+            for _ in range(config.mu):  # lines 9-11: mu Adam steps, every seed at once
+                logp = stack.token_logprobs(params, prompts, completions, group, temp)
+                if old is None:  # the first loss of the iteration: the policy is still pi_old
+                    old = logp.detach()
+                per_token, clipped = losses.per_token_loss(
+                    logp.flatten(0, 1), old.flatten(0, 1), ref_logp, advantage,
+                    clip_eps_low=config.clip_eps_low, clip_eps_high=config.clip_eps_high,
+                    beta=beta, kl=config.kl, alpha=config.alpha)
+                per_token = per_token.view(logp.shape)
+                seed_losses = torch.stack([
+                    losses.aggregate(per_token[s], mask_f[s], loss_type=config.loss_type,
+                                     max_completion_length=t) for s in range(seeds_n)])
+                optimizer.zero_grad()
+                seed_losses.sum().backward()
+                optimizer.step()
+                step_losses.append(seed_losses.detach())
+                clipped_tokens += clipped.view(logp.shape).to(mask_f.dtype) * mask_f
+            clip_fraction[:, n - 1] = (clipped_tokens.sum((1, 2)) / (
+                mask_f.sum((1, 2)) * config.mu)).cpu().numpy()
+            _check_finite(runs, params, torch.stack(step_losses), n)
+            with torch.no_grad():
+                for s, run in enumerate(runs):  # each seed's module holds its slice
+                    for name, p in run.policy.named_parameters():
+                        p.copy_(params[name][s])
+                enum_started = time.perf_counter()
+                # the enumerations the recorders will ask of the new policy: the batch's
+                # prompts and, at a recorded iteration, the pool and the held-out set (the
+                # batch is then rows of the pool's enumeration)
+                if n % record_every == 0 or n == config.iterations:
+                    wanted = [trained, held_out]
+                else:
+                    wanted = [torch.stack(chosen)]
+                for idx in wanted:
+                    idx_prompts = torch.stack([r.task.prompts(i) for r, i in zip(
+                        runs, idx, strict=True)])
+                    log_probs, outputs = stack.output_log_probs(detached, idx_prompts, t, temp)
+                    log_probs = log_probs.cpu()
+                    for s, recorder in enumerate(recorders):
+                        recorder.outputs = outputs
+                        recorder.ready[tuple(idx[s].tolist())] = log_probs[s]
+                        if idx is trained:
+                            row = {int(q): j for j, q in enumerate(recorder.trained)}
+                            picked = [row[int(q)] for q in chosen[s]]
+                            recorder.ready[tuple(chosen[s].tolist())] = log_probs[s][picked]
+                enum_seconds += time.perf_counter() - enum_started
+            for recorder in recorders:
+                recorder.after_iteration(n)
+                recorder.ready.clear()
+    for run, rows in zip(runs, held, strict=True):  # the trainer's evaluation of the last one
+        rows.append(_held_success(run))
+    total = time.perf_counter() - started
+    recorded = sum(r.seconds for r in recorders) + enum_seconds
+    train_share = (total - recorded) / seeds_n
+    steps = np.array(sorted({0, *range(record_every, config.iterations + 1, record_every),
+                             config.iterations}))
+    results = []
+    for s, (cfg, run, recorder) in enumerate(zip(configs, runs, recorders, strict=True)):
+        task = run.task
+        results.append(LongRun(
+            config=cfg, trained=recorder.trained, held_out=task.eval_idx,
+            operands_trained=task.operands[recorder.trained],
+            operands_held=task.operands[task.eval_idx], steps=steps,
+            logit_trained=np.array(recorder.trained_rows),
+            logit_held=np.array(recorder.held_rows), delta=recorder.delta,
+            delta_pos=recorder.delta_pos, target_logit=recorder.target,
+            orbit_tv=recorder.orbit_tv, orbit_logit=recorder.orbit,
+            beta_trained=recorder.beta, group_successes=recorder.successes,
+            sampled_held=np.stack(held[s]),
+            clip_fraction=clip_fraction[s], n_outputs=int(recorder.ref_lp.shape[1]),
+            sft_loss=float(run.sft_losses[-1]) if run.sft_losses else np.nan,
+            train_seconds=train_share,
+            record_seconds=recorder.seconds + enum_seconds / seeds_n))
+    return results
+
+
+@contextlib.contextmanager
+def _threads(count: int) -> Iterator[None]:
+    """Torch's intra-op thread count inside the block."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _worker(args: tuple[TrainConfig, list[int], int, int]) -> list[LongRun]:
+    config, seeds, record_every, threads = args
+    torch.set_num_threads(1)
+    return _train_batched(config, seeds, record_every, threads)
+
+
+def run_seeds_batched(config: TrainConfig, seeds: Sequence[int], *, record_every: int = 10,
+                      workers: int = 1, threads: int = 1) -> list[LongRun]:
+    """:func:`~grpo_companion.rl.long_run.run_long` of each seed, the seeds trained as one batch.
+
+    Returns, in the order of ``seeds``, the :class:`~grpo_companion.rl.long_run.LongRun`
+    that ``run_long(dataclasses.replace(config, seed=s), record_every=record_every)``
+    returns with torch on one thread, up to float rounding (see the module docstring for
+    why, and for what ``train_seconds`` and ``record_seconds`` are here).
+
+    Parameters
+    ----------
+    config
+        A sampled ``task="sequence"`` run with ``grpo_prompts`` set (as ``run_long``
+        needs), ``optimizer="adam"``, a per-token ``kl`` estimator and no
+        ``ref_reset_every``; on CPU or CUDA. Its ``seed`` is ignored.
+    seeds
+        Distinct ints, each a valid ``seed`` of ``config``.
+    record_every
+        As in ``run_long``.
+    workers
+        ``1``: one batch in this process. ``k > 1``: the seeds are split into ``k``
+        contiguous parts, each trained as one batch in a spawned process (on two CPU
+        cores, two half batches use both cores better than one batch on two threads).
+    threads
+        Torch threads of the batched GRPO iterations (in each worker). The per-seed parts
+        (pre-training, the trainer's evaluation, the recorder's own enumerations) always
+        run on one thread, as in ``run_seeds``.
+
+    Raises
+    ------
+    ValueError
+        For an unsupported configuration (naming the parameter and what is supported),
+        and for ``seeds`` that are empty, repeated or not ints.
+    TrainingFault
+        If a seed's run diverges (its parameters or loss become inf or NaN).
+    """
+    values = _check_request(config, seeds, record_every, workers, threads)
+    if workers == 1 or len(values) == 1:
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return _train_batched(config, values, record_every, threads)
+        finally:
+            torch.set_num_threads(before)
+    parts = [list(part) for part in np.array_split(np.array(values, dtype=object),
+                                                   min(workers, len(values)))]
+    jobs = [(config, [int(s) for s in part], record_every, threads) for part in parts]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=len(jobs), mp_context=context) as pool:
+        return [run for part in pool.map(_worker, jobs) for run in part]
+
