@@ -48,8 +48,10 @@ import torch
 # calibrations are defined once, by the theory package
 from grpo_companion.theory.calibration import Calibration, resolve_calibration
 from grpo_companion.theory.finite_group import group_table
+from grpo_companion.theory.kl_estimators import KL_ESTIMATORS as _ESTIMATORS
 
-KL_ESTIMATORS = ("k1", "k2", "k3", "k3_ratio")
+#: The per-token KL estimators, from their one definition (``theory.kl_estimators.KL_ESTIMATORS``).
+KL_ESTIMATORS = tuple(_ESTIMATORS)
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 
 
@@ -137,17 +139,19 @@ def kl_penalty(
       TRL 1.16 defaults to ``use_bias_correction_kl=True``); the weighted sum
       over samples from pi_old estimates E_pi[k3] = KL(pi||anchor), whose
       gradient it then follows.
+
+    Each estimator's value and the direction it follows are defined once, in
+    :data:`grpo_companion.theory.kl_estimators.KL_ESTIMATORS`; this computes that value.
     """
-    _check_choice("kl", kl, KL_ESTIMATORS)
+    _check_choice("kl", kl, tuple(_ESTIMATORS))
+    estimator = _ESTIMATORS[kl]
     diff = anchor_logp - logp
-    if kl == "k1":
-        return -diff
-    if kl == "k2":
-        return 0.5 * diff.square()
-    if kl == "k3":
-        return torch.expm1(diff) - diff
+    if not estimator.ratio_weighted:
+        return estimator.value(diff, torch)
     if old_logp is None:
-        raise ValueError("kl='k3_ratio' needs old_logp, got None")
+        raise ValueError(f"kl={kl!r} needs old_logp, got None")
+    if kl != "k3_ratio":  # the overflow-safe form below is k3's
+        return torch.exp(logp - old_logp) * estimator.value(diff, torch)
     # (pi / pi_old) k3 = exp(logp - old) (e^d - d - 1). Where the policy has fallen far
     # below the anchor (d large) e^d overflows while the ratio underflows (inf * 0 = NaN in
     # float32 from d ~ 88), so there it is formed as exp(anchor - old) - ratio (d + 1), the
@@ -241,7 +245,7 @@ def per_token_loss(
         _check_real("beta", beta, 0.0, math.inf)
         penalised, weight = beta > 0, beta
     _check_real("alpha", alpha, 0.0, 1.0)
-    _check_choice("kl", kl, KL_ESTIMATORS)
+    _check_choice("kl", kl, tuple(_ESTIMATORS))
     if logp.ndim != 2:
         raise ValueError(f"logp must have shape (batch, tokens), got {tuple(logp.shape)}")
     if old_logp.shape != logp.shape:

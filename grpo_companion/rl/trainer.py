@@ -279,8 +279,9 @@ class TrainConfig:
              why="1 + clip_eps_high must be a float32; inf: no upper clipping"),
         group=SAMPLED, trl="epsilon_high")
     kl: str = knob(
-        "k3", "KL penalty in the loss: the per-token estimators k1, k2, k3, k3_ratio, or exact "
-        "(bandit only: the exact KL of the tabular policies)", Choice(values=KL_CHOICES),
+        "k3", "KL penalty in the loss: the per-token estimators "
+        f"{', '.join(losses.KL_ESTIMATORS)}, or exact (bandit only: the exact KL of the tabular "
+        "policies)", Choice(values=KL_CHOICES),
         group=SAMPLED, trl=("use_bias_correction_kl", 'True is kl="k3_ratio", False is '
                             'kl="k3"'))
     loss_type: str = knob(
@@ -418,7 +419,8 @@ class TrainConfig:
                 "optimizer='lbfgs' cannot be combined with kl='k1': L-BFGS minimises the "
                 "sampled objective to convergence, and the k1 penalty (log pi - log pi_ref on "
                 "the sampled outputs) is unbounded below, so there is no minimum to reach; use "
-                "kl='k2', 'k3', 'k3_ratio' or 'exact', or optimizer='adam' or 'sgd'")
+                f"kl={' or '.join(repr(k) for k in KL_CHOICES if k != 'k1')}, or optimizer='adam' "
+                "or 'sgd'")
         if self.task == "sequence":
             limit = (MAX_SEED - self.iterations) // EVAL_SEED_FACTOR
             if self.seed > limit:

@@ -32,6 +32,9 @@ with respect to the success logit ``L``; its zeros are these limits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -52,6 +55,8 @@ from .logistic import _log_bernoulli_variance, logit, sigmoid
 
 __all__ = [
     "ESTIMATOR_TARGETS",
+    "KL_ESTIMATORS",
+    "KLEstimator",
     "expected_kl_gradient",
     "logit_drift",
     "reverse_kl_fixed_points",
@@ -59,18 +64,72 @@ __all__ = [
     "reverse_kl_pos",
 ]
 
-#: Which divergence each estimator's expected on-policy gradient follows.
-ESTIMATOR_TARGETS: dict[str, str] = {
-    "exact": "forward",
-    "k2": "forward",
-    "k3_ratio": "forward",
-    "k3": "reverse",
-    "k1": "none",
+@dataclass(frozen=True)
+class KLEstimator:
+    """One per-sample KL estimator: the single definition that the loss and the theory read.
+
+    With ``d = log anchor(o) - log pi(o)`` on an output ``o`` drawn from ``pi_old``:
+
+    Attributes
+    ----------
+    formula
+        The per-sample value, as text.
+    value
+        ``value(d, xp)``: the per-sample value without the importance ratio, with ``xp``
+        the array module (``numpy`` or ``torch``);
+        :func:`grpo_companion.rl.losses.kl_penalty` computes the loss's penalty with it.
+    score
+        ``score(d, xp)``: the factor ``s(o)`` of the expected gradient with respect to the
+        logits of a softmax policy, ``sum_o w(o) s(o) (1[o = j] - pi_j)``, where ``w`` is
+        ``pi_old`` (or ``pi`` for a ratio-weighted estimator, whose importance ratio turns the
+        expectation under ``pi_old`` into one under ``pi``). It is ``-value'(d)``, or
+        ``value(d) - value'(d)`` when ratio-weighted, written without cancellation;
+        :func:`expected_kl_gradient` reads it, and
+        ``tests/theory/test_theory_kl_estimators.py`` checks it against autograd of
+        ``value`` through the loss.
+    follows
+        Which divergence's gradient its expected on-policy gradient is: ``"forward"``
+        (``KL(pi || pi_ref)``, the paper's Theorem 2), ``"reverse"`` (``KL(pi_ref || pi)``) or
+        ``"none"`` (a zero expected gradient: no anchor).
+    ratio_weighted
+        Multiplied by the differentiated importance ratio ``pi / pi_old``.
+    trl
+        The TRL 1.16 setting that computes it, or ``""``.
+    """
+
+    formula: str
+    value: Callable[[Any, ModuleType], Any]
+    score: Callable[[Any, ModuleType], Any]
+    follows: str
+    ratio_weighted: bool = False
+    trl: str = ""
+
+
+#: The per-sample KL estimators, by the name that ``TrainConfig.kl`` and the theory use. A new
+#: estimator is one entry here (the loss, the trainer's choices and the theory read this dict).
+KL_ESTIMATORS: dict[str, KLEstimator] = {
+    "k1": KLEstimator("-d", lambda d, xp: -d, lambda d, xp: xp.ones_like(d), "none"),
+    "k2": KLEstimator("d**2 / 2", lambda d, xp: 0.5 * (d * d), lambda d, xp: -d, "forward"),
+    "k3": KLEstimator("exp(d) - d - 1", lambda d, xp: xp.expm1(d) - d,
+                      lambda d, xp: -xp.expm1(d), "reverse",
+                      trl="beta > 0, use_bias_correction_kl=False"),
+    "k3_ratio": KLEstimator("(pi / pi_old) (exp(d) - d - 1)", lambda d, xp: xp.expm1(d) - d,
+                            lambda d, xp: -d, "forward", ratio_weighted=True,
+                            trl="beta > 0, use_bias_correction_kl=True (TRL 1.16's default)"),
 }
+
+#: Which divergence each estimator's expected on-policy gradient follows; ``"exact"`` is the
+#: exact KL of two tabular policies (the bandit trainer's ``kl="exact"``).
+ESTIMATOR_TARGETS: dict[str, str] = {
+    "exact": "forward", **{name: e.follows for name, e in KL_ESTIMATORS.items()}}
+
+#: The estimator of ``"exact"``'s gradient: that of ``KL(pi || pi_ref)``, as ``k3_ratio``'s.
+_EXACT = KLEstimator("KL(pi || pi_ref)", lambda d, xp: xp.expm1(d) - d, lambda d, xp: -d,
+                     "forward", ratio_weighted=True)
 
 
 def _check_estimator(estimator: str) -> str:
-    return str(check_choice("estimator", estimator, tuple(ESTIMATOR_TARGETS)))
+    return str(check_choice("estimator", estimator, ("exact", *KL_ESTIMATORS)))
 
 
 def expected_kl_gradient(
@@ -89,7 +148,7 @@ def expected_kl_gradient(
         differentiated (logits ``theta``), the KL anchor, and the sampling
         policy (default: ``pi`` itself, the on-policy first step). ``policy``
         and ``ref_policy`` must be positive.
-    estimator : {"exact", "k1", "k2", "k3", "k3_ratio"}
+    estimator : ``"exact"`` (the exact KL) or a name of :data:`KL_ESTIMATORS`
 
     Returns
     -------
@@ -107,17 +166,9 @@ def expected_kl_gradient(
             raise ValueError(f"{name} must be positive (the estimators take logs), "
                              f"got {float(x[x <= 0].flat[0])!r}")
     pi, ref, old = broadcast(policy=pi, ref_policy=ref, old_policy=old)
-    log_ratio = np.log(pi) - np.log(ref)  # log pi / pi_ref = -d
-    if estimator in ("exact", "k3_ratio"):
-        kl = np.sum(pi * log_ratio, axis=-1, keepdims=True)
-        return pi * (log_ratio - kl)
-    if estimator == "k1":
-        per_sample = np.ones_like(pi)  # dk1 / dlog pi = 1
-    elif estimator == "k2":
-        per_sample = log_ratio  # dk2 / dlog pi = -d
-    else:  # k3
-        per_sample = -np.expm1(-log_ratio)  # dk3 / dlog pi = 1 - pi_ref / pi
-    weighted = old * per_sample
+    est = _EXACT if estimator == "exact" else KL_ESTIMATORS[estimator]
+    d = np.log(ref) - np.log(pi)
+    weighted = (pi if est.ratio_weighted else old) * est.score(d, np)
     return weighted - pi * np.sum(weighted, axis=-1, keepdims=True)
 
 

@@ -269,7 +269,8 @@ EXTRA_VALID["uniform_contraction"] = {"check": _a_contraction_check()}
 # Data containers, enums and constants: built by the library, not called with user input.
 NOT_CALLABLE_WITH_INPUT = {
     "DynamicsResult", "Regime", "Label", "LABEL_NAMES", "RegimeMap", "EPS_PLACEMENTS",
-    "NORMALIZATIONS", "GroupWeightEstimate", "ESTIMATOR_TARGETS", "NumericalOptimum",
+    "NORMALIZATIONS", "GroupWeightEstimate", "ESTIMATOR_TARGETS", "KL_ESTIMATORS", "KLEstimator",
+    "NumericalOptimum",
     "ContrastiveTerms", "MonteCarloEstimate", "RowCheck", "Variant", "ContractionCheck",
     "StagedPath", "CALIBRATIONS", "ANCHOR_KINDS", "NUMPY_OPS", "Ops", "LogKernels",
     "Normalization", "Table1Row",

@@ -198,3 +198,46 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="advantage"):
         kle.reverse_kl_policy([0.5, 0.5], [np.inf, 0.0], 1.0)
     assert kle.reverse_kl_fixed_points(0.0, 1.0).size == 0  # p_ref = 0: absorbing, no root
+
+
+# --- one registry: theory.kl_estimators.KL_ESTIMATORS is what the loss and the trainer read ----
+
+
+def test_the_loss_and_the_trainer_read_the_one_registry():
+    from grpo_companion.rl import trainer
+
+    names = tuple(kle.KL_ESTIMATORS)
+    assert names == ("k1", "k2", "k3", "k3_ratio")
+    assert losses.KL_ESTIMATORS == names
+    assert trainer.KL_CHOICES == ("exact", *names)
+    assert tuple(kle.ESTIMATOR_TARGETS) == ("exact", *names)
+    help_text = trainer.TrainConfig.__dataclass_fields__["kl"].metadata.get("help", "") or str(
+        trainer.TrainConfig.__dataclass_fields__["kl"])
+    for name in names:
+        assert name in help_text
+        trainer.TrainConfig(task="bandit", kl=name, progress=False)  # a valid choice
+        assert kle.KL_ESTIMATORS[name].follows in ("forward", "reverse", "none")
+    from grpo_companion.theory import trained_loss
+    assert set(trained_loss.ROUND_ESTIMATORS) <= set(kle.ESTIMATOR_TARGETS)
+
+
+def _largest_gap(estimator):
+    """max |expected_kl_gradient - autograd through kl_penalty| over a few policy triples."""
+    gaps = []
+    for seed in range(3):
+        pi, ref, old = _random_policies(seed)
+        gaps.append(np.max(np.abs(kle.expected_kl_gradient(pi, ref, estimator, old_policy=old)
+                                  - _autograd_expected_gradient(pi, ref, old, estimator))))
+    return max(gaps)
+
+
+def test_a_new_estimator_is_one_entry_and_a_wrong_score_is_caught(monkeypatch):
+    """An entry added to the registry reaches the loss and the theory at once; the autograd
+    comparison above fails when its score is not its value's derivative."""
+    k4 = kle.KLEstimator("d**4 / 12", lambda d, xp: d ** 4 / 12, lambda d, xp: -(d ** 3) / 3,
+                         "forward")
+    monkeypatch.setitem(kle.KL_ESTIMATORS, "k4", k4)
+    assert _largest_gap("k4") < 1e-12
+    wrong = kle.KLEstimator(k4.formula, k4.value, lambda d, xp: (d ** 3) / 3, "forward")
+    monkeypatch.setitem(kle.KL_ESTIMATORS, "k4", wrong)
+    assert _largest_gap("k4") > 1e-3
