@@ -428,7 +428,7 @@ class TrainConfig:
                           f"of iteration n is seeded with seed * {EVAL_SEED_FACTOR} + n, which "
                           "must fit in 64 bits)")
         if self.exact_group_size is not None:
-            from grpo_companion.theory._validate import memory_limit_bytes
+            from grpo_companion.host import memory_limit_bytes
 
             # the weights are numpy arrays (host memory), built every exact iteration; the
             # calibration alone holds a few arrays of exact_group_size values
@@ -520,7 +520,7 @@ TrainConfig.__doc__ = (TrainConfig.__doc__ or "") + _config.fields_doc(TrainConf
 def _device_memory(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory)
-    from grpo_companion.theory._validate import memory_limit_bytes
+    from grpo_companion.host import memory_limit_bytes
 
     return memory_limit_bytes()
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 from collections.abc import Sequence
 
 import numpy as np
+
+from grpo_companion.host import memory_limit_bytes
 
 __all__ = [
     "as_float_array",
@@ -246,14 +247,6 @@ def broadcast_shapes(**shapes: tuple[int, ...]) -> tuple[int, ...]:
         raise ValueError(
             f"{', '.join(shapes)} must have shapes that broadcast together, got {text}"
         ) from err
-
-
-def memory_limit_bytes() -> int:
-    """This machine's physical memory in bytes (an upper bound for any one allocation)."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, OSError, ValueError):  # pragma: no cover - non-POSIX
-        return 2**40
 
 
 def check_memory(name: str, value: object, n_bytes: float, what: str = "its arrays") -> None:

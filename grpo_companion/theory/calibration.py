@@ -18,6 +18,11 @@ from numpy.typing import ArrayLike
 from scipy import optimize
 from scipy.special import expit
 
+from ._group_kernels import (
+    _group_gains,
+    _group_weights_of_logit,
+    _group_weights_prime_of_logit,
+)
 from ._validate import (
     check_choice,
     check_count,
@@ -25,11 +30,6 @@ from ._validate import (
     check_memory,
     check_probability,
     check_real,
-)
-from .finite_group import (
-    _group_gains,
-    _group_weights_of_logit,
-    _group_weights_prime_of_logit,
 )
 from .logistic import _log_bernoulli_variance, _log_sigmoid, logit
 from .normalizations import EPS_PLACEMENTS, NORMALIZATIONS, NUMPY_OPS, Normalization

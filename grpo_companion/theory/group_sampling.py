@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ._group_kernels import _group_table
 from ._validate import (
     check_count,
     check_memory,
@@ -41,7 +42,6 @@ from ._validate import (
     check_seed,
 )
 from .calibration import Calibration, resolve_calibration
-from .finite_group import _group_table
 
 __all__ = ["GroupWeightEstimate", "estimate_group_weights", "group_advantages", "sample_groups"]
 
