@@ -48,6 +48,7 @@ import nbformat
 import yaml
 
 from grpo_companion.book.kernel import kernel_digest, kernel_session
+from grpo_companion.files import write_atomically
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = PACKAGE_DIR.parent
@@ -374,29 +375,14 @@ def sweep_stale_temporaries(folder: Path) -> None:
                     os.unlink(os.path.join(parent, name))
 
 
-def _new_file_mode() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary made by ``tempfile.mkstemp``
-    in the same folder (unpredictable, never an existing file) and ``os.replace``:
-    ``path`` holds either its earlier content or all of ``data``. The new file
-    gets the mode a plain write would give it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``data`` to ``path`` atomically (:func:`grpo_companion.files.write_atomically`):
+    ``path`` holds either its earlier content or all of ``data``, and the new file gets the
+    mode a plain write would give it. The temporary's name carries this process's id, so that
+    :func:`remove_stale_temporaries` (called first) can tell a dead writer's leftovers."""
     remove_stale_temporaries(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{_temporary_prefix(path)}{os.getpid()}-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            os.fchmod(f.fileno(), _new_file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, lambda f: f.write(data),
+                     prefix=f"{_temporary_prefix(path)}{os.getpid()}-")
 
 
 def write_if_changed(path: Path, data: bytes) -> bool:

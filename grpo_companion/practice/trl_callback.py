@@ -74,7 +74,6 @@ seed inside ``torch.random.fork_rng``, so it does not move the training RNG.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import json
@@ -91,6 +90,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
+from grpo_companion.files import write_atomically
 from grpo_companion.practice.trl_bridge import (
     PredictedPath,
     TheorySettings,
@@ -134,18 +134,7 @@ def _own_rng(device: torch.device) -> Any:
 
 def _atomic_write(path: Path, write: Callable[[Any], None], *, binary: bool = False) -> None:
     """Write ``path`` through a temporary file in the same folder, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"newline": ""})) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, write, prefix=f".{path.name}.", suffix=".tmp", text=not binary)
 
 
 def _as_success(value: Any, prompt_index: int) -> int:

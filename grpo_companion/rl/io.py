@@ -30,7 +30,6 @@ import io
 import json
 import os
 import signal
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -38,17 +37,12 @@ from typing import IO, Any
 
 import torch
 
+from grpo_companion.files import write_atomically
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX (Windows): no folder lock
     fcntl = None  # type: ignore[assignment]
-
-
-def _umask() -> int:
-    """The process umask (read by setting it and putting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _temporary_prefix(name: str) -> str:
@@ -92,20 +86,7 @@ def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
 
 
 def _write_then_replace(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path.name), suffix=".tmp",
-                               dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0o600; use what open() would
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, write, prefix=_temporary_prefix(path.name), suffix=".tmp")
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
