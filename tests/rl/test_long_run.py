@@ -39,12 +39,7 @@ LONG_FIELDS = ("trained", "held_out", "operands_trained", "operands_held", "step
                "orbit_tv", "orbit_logit", "beta_trained", "group_successes")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +48,7 @@ def task():
 
 
 @pytest.fixture(scope="module")
-def sft_policy(one_thread):
+def sft_policy(one_torch_thread):
     """A reference policy trained long enough that some prompts succeed often."""
     config = TrainConfig(task="sequence", max_operand=19, n_eval_prompts=16, sft_steps=200,
                          sft_batch_size=64, sft_lr=1e-2, d_model=16, n_heads=2, n_layers=1,
@@ -276,7 +271,7 @@ def test_grpo_trains_only_on_its_pool():
 
 # ------------------------------------------------------------------ run_long
 @pytest.fixture(scope="module")
-def long(one_thread):
+def long(one_torch_thread):
     return long_run.run_long(TINY, record_every=3)
 
 

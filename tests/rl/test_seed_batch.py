@@ -59,12 +59,7 @@ TIMES = ("train_seconds", "record_seconds")
 FLOAT32_FACTOR = 10.0
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _build_in_dtype(config, device, dtype):
