@@ -21,6 +21,6 @@ loss into your own loop):
 """
 
 from grpo_companion.rl import losses
-from grpo_companion.rl.trainer import TrainConfig, TrainResult, train
+from grpo_companion.rl.trainer import TrainConfig, TrainResult, check_machine, train
 
-__all__ = ["TrainConfig", "TrainResult", "losses", "train"]
+__all__ = ["TrainConfig", "TrainResult", "check_machine", "losses", "train"]

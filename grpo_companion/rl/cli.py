@@ -22,6 +22,7 @@ from grpo_companion.rl.trainer import (
     TrainConfig,
     TrainingFault,
     calibration_fields,
+    check_machine,
     prepare_run,
 )
 
@@ -57,7 +58,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """Build (and so validate) the configuration from parsed arguments.
+    """Build (and so validate) the configuration from parsed arguments, and check that this
+    machine can run it (:func:`~grpo_companion.rl.trainer.check_machine`).
 
     Error messages name the option as typed (``--group-size``, not ``group_size``).
     """
@@ -71,7 +73,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             values = fields.merge_preset(
                 calibration_fields(CALIBRATIONS[name]), values,
                 label=f"--calibration {name}", name_of=lambda k: options[k])
-        return TrainConfig(**values)
+        config = TrainConfig(**values)
+        check_machine(config)  # the device and the memory, before any folder is made
+        return config
     except ValueError as err:
         text = str(err)
         for field_name in sorted(options, key=len, reverse=True):

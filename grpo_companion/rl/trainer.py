@@ -83,6 +83,7 @@ import numpy as np
 import torch
 from tqdm import tqdm  # plain text bar: tqdm.auto warns on stderr without ipywidgets
 
+from grpo_companion.host import memory_limit_bytes
 from grpo_companion.rl import config as _config
 from grpo_companion.rl import io, losses
 from grpo_companion.rl.config import Choice, Flag, Int, Real, Reals, Text, knob
@@ -98,6 +99,7 @@ from grpo_companion.rl.tasks import (
     make_bandit_task,
     pretrain_reference,
 )
+from grpo_companion.theory.finite_group import group_table
 from grpo_companion.theory.normalizations import EPS_PLACEMENTS, NORMALIZATIONS
 
 TASKS = ("bandit", "sequence")
@@ -427,41 +429,7 @@ class TrainConfig:
                 raise bad("seed", f"an int in [0, {limit}] for task='sequence' (the evaluation "
                           f"of iteration n is seeded with seed * {EVAL_SEED_FACTOR} + n, which "
                           "must fit in 64 bits)")
-        if self.exact_group_size is not None:
-            from grpo_companion.host import memory_limit_bytes
-
-            # the weights are numpy arrays (host memory), built every exact iteration; the
-            # calibration alone holds a few arrays of exact_group_size values
-            per_member = (_EXACT_GROUP_BYTES * self.n_prompts if self.exact else 0) + 64
-            host = memory_limit_bytes()
-            largest = int(host // per_member) - 1
-            if self.exact_group_size > largest:
-                raise bad("exact_group_size", f"None or an int in [2, {largest}] on this machine "
-                          f"(its weights need about {per_member} bytes per group member"
-                          f"{' with n_prompts=' + str(self.n_prompts) if self.exact else ''}, "
-                          f"and it has {host / 2**30:.3g} GiB of memory)")
-        device = resolve_device(self.device)
-        need, what = estimate_memory(self)
-        have = _device_memory(device)
-        if need > have:
-            raise ValueError(
-                f"this configuration needs about {need / 2**30:.3g} GiB ({what}), more than "
-                f"the {have / 2**30:.3g} GiB of memory of {device}; make it smaller")
-        self._check_normalization()
-
-    def _check_normalization(self) -> None:
-        """The normalisation's gains must be finite for the group size the run uses.
-
-        Registration tries a few group sizes only; a ``gains`` that is not finite for
-        this run's group (``group_size`` in sampled mode, ``exact_group_size`` in exact
-        mode) is refused here, before anything is written, not in the first iteration.
-        """
-        from grpo_companion.theory.finite_group import group_table
-
-        calibration = self.calibration
-        size = self.exact_group_size if self.exact else self.group_size
-        if size is not None:
-            group_table(calibration, size)
+        parse_device(self.device)  # its form; whether this machine has it: check_machine
 
     @property
     def evaluation_interval(self) -> int:
@@ -517,11 +485,46 @@ class TrainConfig:
 TrainConfig.__doc__ = (TrainConfig.__doc__ or "") + _config.fields_doc(TrainConfig)
 
 
+def check_machine(config: TrainConfig) -> None:
+    """Refuse a run this machine cannot hold: ``ValueError`` naming the field.
+
+    The checks that depend on the machine rather than on the configuration: the device
+    exists, ``exact_group_size``'s weights fit the host's memory, the run's largest
+    arrays (:func:`estimate_memory`) fit the device's, and the normalisation's gains are
+    finite for the run's group (its advantage table is built). :func:`prepare_run` (so :func:`train`
+    and the command line) calls it before anything is written; building or ``replace()``-ing
+    a :class:`TrainConfig` does not, so that a configuration can be made, compared and saved
+    on any machine without a device or memory probe.
+    """
+    device = resolve_device(config.device)
+    if config.exact_group_size is not None:
+        # the weights are numpy arrays (host memory), built every exact iteration; the
+        # calibration alone holds a few arrays of exact_group_size values
+        per_member = (_EXACT_GROUP_BYTES * config.n_prompts if config.exact else 0) + 64
+        host = memory_limit_bytes()
+        largest = int(host // per_member) - 1
+        if config.exact_group_size > largest:
+            raise ValueError(
+                f"exact_group_size must be None or an int in [2, {largest}] on this machine "
+                f"(its weights need about {per_member} bytes per group member"
+                f"{' with n_prompts=' + str(config.n_prompts) if config.exact else ''}, and it "
+                f"has {host / 2**30:.3g} GiB of memory), got {config.exact_group_size!r}")
+    need, what = estimate_memory(config)
+    have = _device_memory(device)
+    if need > have:
+        raise ValueError(
+            f"this configuration needs about {need / 2**30:.3g} GiB ({what}), more than "
+            f"the {have / 2**30:.3g} GiB of memory of {device}; make it smaller")
+    # the normalisation's gains must be finite for the group the run uses (registration tries
+    # a few group sizes only): refused here, before anything is written, not in iteration 1
+    size = config.exact_group_size if config.exact else config.group_size
+    if size is not None:
+        group_table(config.calibration, size)
+
+
 def _device_memory(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory)
-    from grpo_companion.host import memory_limit_bytes
-
     return memory_limit_bytes()
 
 
@@ -574,16 +577,24 @@ def estimate_memory(config: TrainConfig) -> tuple[float, str]:
     return float(sum(parts.values())), f"mostly {what}"
 
 
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` -> CUDA if available, else CPU; otherwise check the request."""
+def parse_device(device: str) -> torch.device | None:
+    """The device ``device`` names (None for ``"auto"``), without asking what this machine has."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return None
     try:
-        resolved = torch.device(device)
+        parsed = torch.device(device)
     except (RuntimeError, TypeError) as err:
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}") from err
-    if resolved.type not in ("cpu", "cuda"):
+    if parsed.type not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}")
+    return parsed
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` -> CUDA if available, else CPU; otherwise check the request."""
+    resolved = parse_device(device)
+    if resolved is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device must be 'auto' or 'cpu' on this machine (no CUDA), "
                          f"got {device!r}")
@@ -1628,6 +1639,7 @@ def prepare_run(
     """
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+    check_machine(config)
     if reference_state is not None and (config.task != "sequence" or resume):
         raise ValueError("reference_state must be None for task='bandit' or with resume=True, "
                          f"got a state dict (task={config.task!r}, resume={resume})")

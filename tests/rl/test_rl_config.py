@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from grpo_companion import theory
 from grpo_companion.rl import cli
@@ -224,3 +225,38 @@ def test_every_field_is_declared_once_with_its_metadata():
     assert math.isinf(TrainConfig(clip_eps_high=math.inf).clip_eps_high)
     doc = TrainConfig.__doc__
     assert all(f"``{f.name}``" in doc for f in FIELDS)
+
+
+def test_building_a_config_probes_no_device_and_no_memory(monkeypatch):
+    """A config is data: made, replaced and compared anywhere; the machine is asked at run time."""
+    import dataclasses
+
+    from grpo_companion.rl import trainer
+
+    def probe(*_args, **_kwargs):
+        raise AssertionError("building a TrainConfig probed the machine")
+
+    monkeypatch.setattr(torch.cuda, "is_available", probe)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", probe)
+    monkeypatch.setattr(trainer, "memory_limit_bytes", probe)
+    config = TrainConfig(task="bandit", device="cuda:1", exact_group_size=8, progress=False)
+    again = dataclasses.replace(config, seed=3, iterations=10**9, eval_every=10**9)
+    assert again.device == "cuda:1" and again != config
+    with pytest.raises(ValueError, match="device must be 'auto', 'cpu' or 'cuda"):
+        TrainConfig(device="tpu")  # the form of the device is still checked at once
+    with pytest.raises(AssertionError, match="probed the machine"):
+        trainer.check_machine(again)  # the machine is asked here, and by prepare_run
+
+
+def test_check_machine_refuses_what_this_machine_cannot_hold():
+    from grpo_companion.rl import trainer
+
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA"):
+            trainer.check_machine(TrainConfig(device="cuda", progress=False))
+        with pytest.raises(ValueError, match="no CUDA"):
+            trainer.prepare_run(TrainConfig(device="cuda", progress=False))
+    with pytest.raises(ValueError, match="GiB"):
+        trainer.check_machine(TrainConfig(task="bandit", group_size=100_000, n_prompts=100_000,
+                                          progress=False))
+    trainer.check_machine(TrainConfig(task="bandit", progress=False))  # the defaults fit

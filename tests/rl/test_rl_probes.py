@@ -24,6 +24,7 @@ from grpo_companion.rl import trainer as trainer_module
 from grpo_companion.rl.trainer import (
     TrainConfig,
     TrainingFault,
+    check_machine,
     estimate_memory,
     prepare_run,
     train,
@@ -317,8 +318,11 @@ def test_memory_estimate_counts_the_iteration_rows():
     config = TrainConfig(**{**FAST, "iterations": 10**6, "eval_every": 10**6})
     need, _ = estimate_memory(config)
     assert need >= 10**6 * 200
+    too_large = TrainConfig(**{**FAST, "iterations": 10**9, "eval_every": 10**9})  # builds
     with pytest.raises(ValueError, match="GiB"):
-        TrainConfig(**{**FAST, "iterations": 10**9, "eval_every": 10**9})
+        check_machine(too_large)
+    with pytest.raises(ValueError, match="GiB"):
+        prepare_run(too_large)
 
 
 def test_exact_group_size_is_in_the_memory_estimate():
