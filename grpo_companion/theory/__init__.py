@@ -24,6 +24,8 @@ Chapter modules (each serves one chapter or page; import them by module name):
 ``numerical`` (claims ledger and errata).
 """
 
+# a core module that no export names: theory.finite_group after `import theory`
+from . import finite_group as finite_group
 from .calibration import Calibration, omega, omega_of_logit, weights
 from .dynamics import (
     iterate,

@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import grpo_companion.theory as theory
-from grpo_companion.theory import Calibration
+from grpo_companion.theory import Calibration, finite_group
 
 NAN, INF = math.nan, math.inf
 HUGE = 10**15
@@ -247,9 +247,9 @@ OVERRIDES: dict[str, dict[str, Kind]] = {
 }
 EXTRA_VALID: dict[str, dict[str, Any]] = {
     "estimate_group_weights": {"group_size": 4},
-    "group_weights_of_logit": {"gains": theory.finite_group.group_gains(4, "mean_std", 1e-5,
+    "group_weights_of_logit": {"gains": finite_group.group_gains(4, "mean_std", 1e-5,
                                                                         "sqrt", 0)},
-    "group_weights_prime_of_logit": {"gains": theory.finite_group.group_gains(4, "mean_std", 1e-5,
+    "group_weights_prime_of_logit": {"gains": finite_group.group_gains(4, "mean_std", 1e-5,
                                                                               "sqrt", 0)},
     "period_two_orbits": {"beta": 0.05}, "period_two_orbits_logit": {"beta": 0.05},
     "check_table1": {"n_prompts": 2, "n_outcomes": 3},
