@@ -48,7 +48,7 @@ def execute(nb, output_path, parameters, cwd, cell_timeout, source=None):
 
 pipeline.execute_notebook = execute
 pipeline.library_digest = lambda: "pinned library"
-pipeline.build_html = lambda opts: None
+pipeline.build_html = lambda opts, **_: None
 pipeline.BuildOptions = partial(pipeline.BuildOptions, root=root)
 pipeline.mathjax_source_dir()
 ready.touch()
@@ -73,7 +73,7 @@ def fake_book(tmp_path, monkeypatch) -> Path:
 
     monkeypatch.setattr(pipeline, "execute_notebook", execute)
     monkeypatch.setattr(pipeline, "library_digest", lambda: "pinned library")
-    monkeypatch.setattr(pipeline, "build_html", lambda opts: None)
+    monkeypatch.setattr(pipeline, "build_html", lambda opts, **_: None)
     monkeypatch.setattr(pipeline, "BuildOptions", functools.partial(BuildOptions, root=root))
     return root
 
