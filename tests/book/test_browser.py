@@ -88,3 +88,48 @@ def test_figure_check_fails_when_an_image_does_not_load(driver, html_dir: Path, 
         report = inspect_page(driver, base, page)
     assert report.figures == _notebook_figures(html_dir, page) - 1
     assert any("did not load" in p for p in report.problems()), report.images
+
+
+_CAPTION_STYLE = """
+const body = getComputedStyle(document.querySelector("article.bd-article p") || document.body);
+return Array.from(document.querySelectorAll("figure figcaption")).map(c => {
+  const t = c.querySelector(".caption-text") || c, s = getComputedStyle(t);
+  return [parseInt(s.fontWeight, 10), s.color === body.color];
+});
+"""
+
+
+def _faint_captions(driver, base: str, pages: list[str]) -> tuple[int, dict[str, list]]:
+    """How many figure captions the pages show, and those lighter than text weight 400 or
+    in another colour than the body text (the theme set them at weight 300)."""
+    count, faint = 0, {}
+    for page in pages:
+        driver.get(f"{base}/{page}")
+        styles = driver.execute_script(_CAPTION_STYLE)
+        count += len(styles)
+        bad = [s for s in styles if s[0] < 400 or not s[1]]
+        if bad:
+            faint[page] = bad
+    return count, faint
+
+
+def test_captions_are_set_like_the_text(driver, html_dir: Path, toc_pages: list[str]) -> None:
+    with serve(html_dir) as base:
+        count, faint = _faint_captions(driver, base, toc_pages)
+    assert not faint, faint
+    assert count >= 10, f"only {count} figure captions on the pages"
+
+
+def test_caption_check_fails_on_a_light_caption(driver, html_dir: Path, tmp_path: Path,
+                                                toc_pages: list[str]) -> None:
+    """The check itself: the theme's weight 300, put back on one page, is reported."""
+    page = next(p for p in toc_pages if _notebook_figures(html_dir, p))
+    site = tmp_path / "site"
+    shutil.copytree(html_dir, site)
+    html = (site / page).read_text()
+    (site / page).write_text(html.replace(
+        "</head>", "<style>figure figcaption * { font-weight: 300 !important; }</style></head>",
+        1))
+    with serve(site) as base:
+        _, faint = _faint_captions(driver, base, [page])
+    assert page in faint
