@@ -169,3 +169,20 @@ def test_glued_values_are_resolved(html_dir: Path, toc_pages: list[str]) -> None
     # an unresolved {glue:text} role leaves its source text or a warning box in the page
     bad = [p for p in toc_pages if "glue:text" in (html_dir / p).read_text()]
     assert not bad, f"unresolved glue roles in {bad}"
+
+
+#: A parameters cell as the page shows it: ``quick = ...`` highlighted as code.
+_SHOWN_QUICK = re.compile(r'<span class="n">quick</span>\s*<span class="o">=</span>')
+
+
+def test_parameters_cells_show_only_where_the_page_uses_them(html_dir: Path,
+                                                             toc_pages: list[str]) -> None:
+    """The intro, the ledger and the reproducing page ignore ``quick``: their parameters cell
+    is hidden; a chapter's stays in view (it lists what a reader can change)."""
+    unused = ["intro.html", "chapters/claims_ledger.html", "chapters/reproducing.html"]
+    assert set(unused) <= set(toc_pages)
+    shown = [page for page in unused if _SHOWN_QUICK.search((html_dir / page).read_text())]
+    assert not shown, f"a parameters cell that does nothing opens {shown}"
+    chapters = [p for p in toc_pages if re.match(r"chapters/\d\d_", p)]
+    assert len(chapters) >= 11 and all(
+        _SHOWN_QUICK.search((html_dir / page).read_text()) for page in chapters)
