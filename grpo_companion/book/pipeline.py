@@ -1000,27 +1000,22 @@ def build_html(opts: BuildOptions, log=print) -> None:
            "-d", str(doctrees), str(opts.stage), str(opts.html)]
     # a preview reads Sphinx's warnings (its stderr) to tell the expected ones from the rest
     proc = subprocess.run(cmd, stderr=subprocess.PIPE if opts.select else None, text=True)
-    failure = f"Sphinx reported errors (exit {proc.returncode}); see above"
-    if opts.select and proc.returncode != 0:
-        print(proc.stderr, end="", file=sys.stderr)
-    if proc.returncode == 0 and opts.select:
+    real: list[str] = []
+    if opts.select:
         stage_toc = yaml.safe_load((opts.stage / "_toc.yml").read_text())
         expected, real = split_warnings(proc.stderr.splitlines(),
                                         left_out_targets(opts.root, documents_of(stage_toc)))
-        for line in real:
-            print(line, file=sys.stderr)
+        # all of Sphinx's output when it failed; else only the warnings that fail the preview
+        shown = proc.stderr if proc.returncode else "".join(f"{line}\n" for line in real)
+        print(shown, end="", file=sys.stderr)
         if expected:
             log(f"   {len(expected)} references point at pages this preview leaves out "
                 "(shown as plain text)")
-        if real:
-            failure = f"Sphinx reported {len(real)} warning(s) in the selected pages; see above"
-    elif proc.returncode == 0:
-        return
-    else:
-        real = [failure]
-    if real:
+    if proc.returncode or real:
         shutil.rmtree(doctrees, ignore_errors=True)  # the next build reports them again
-        raise BookBuildError(failure)
+        raise BookBuildError(
+            f"Sphinx reported errors (exit {proc.returncode}); see above" if proc.returncode
+            else f"Sphinx reported {len(real)} warning(s) in the selected pages; see above")
 
 
 def build(opts: BuildOptions, log=print) -> list[ChapterResult]:

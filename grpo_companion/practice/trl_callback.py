@@ -133,7 +133,7 @@ def _own_rng(device: torch.device) -> Any:
 
 
 def _atomic_write(path: Path, write: Callable[[Any], None], *, binary: bool = False) -> None:
-    """Write ``path`` through a temporary file in the same folder, then rename it into place."""
+    """Write one of the callback's files atomically (text unless ``binary``)."""
     write_atomically(path, write, prefix=f".{path.name}.", suffix=".tmp", text=not binary)
 
 

@@ -82,11 +82,7 @@ def _signals_held() -> Iterator[None]:
 
 def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     with _signals_held():
-        _write_then_replace(Path(path), write)
-
-
-def _write_then_replace(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    write_atomically(path, write, prefix=_temporary_prefix(path.name), suffix=".tmp")
+        write_atomically(path, write, prefix=_temporary_prefix(Path(path).name), suffix=".tmp")
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

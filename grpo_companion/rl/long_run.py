@@ -32,10 +32,12 @@ output distribution can be enumerated instead
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import multiprocessing
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +102,23 @@ class LongRun:
     sft_loss: float
     train_seconds: float
     record_seconds: float
+
+
+def check_count(name: str, value: Any) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is an int >= 1 (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """Torch's intra-op thread count inside the block (then the caller's again)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def correct_columns(task: ArithmeticTask, idx: np.ndarray,
@@ -209,8 +228,7 @@ def run_long(config: TrainConfig, *, record_every: int = 10) -> LongRun:
         raise ValueError("config must be a sampled task='sequence' run with grpo_prompts set, "
                          f"got task={config.task!r}, grpo_prompts={config.grpo_prompts!r}, "
                          f"exact={config.exact!r}")
-    if isinstance(record_every, bool) or not isinstance(record_every, int) or record_every < 1:
-        raise ValueError(f"record_every must be an int >= 1, got {record_every!r}")
+    check_count("record_every", record_every)
     config = dataclasses.replace(config, eval_every=config.iterations, progress=False)
     prep = prepare_run(config)
     run = prep.run_state
@@ -249,16 +267,11 @@ def run_seeds(config: TrainConfig, seeds: list[int], *, record_every: int = 10,
     Every run uses one torch thread, in the workers and in-process alike, so
     that on a CPU the results are bitwise the same whatever ``workers``.
     """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    check_count("workers", workers)
     jobs = [(dataclasses.replace(config, seed=s), record_every) for s in seeds]
     if workers == 1 or len(jobs) == 1:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # as in the workers, so that the numbers do not depend on workers
-        try:
+        with torch_threads(1):  # as in the workers, so that the numbers do not depend on workers
             return [run_long(c, record_every=r) for c, r in jobs]
-        finally:
-            torch.set_num_threads(threads)
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
         return list(pool.map(_one, jobs))

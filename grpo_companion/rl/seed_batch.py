@@ -68,7 +68,6 @@ processes, which also spreads the per-seed pre-training over the cores
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import multiprocessing
@@ -83,7 +82,13 @@ import torch.nn.functional as F
 
 from grpo_companion.rl import losses
 from grpo_companion.rl import trainer as _trainer
-from grpo_companion.rl.long_run import LongRun, _Recorder, exact_success
+from grpo_companion.rl.long_run import (
+    LongRun,
+    _Recorder,
+    check_count,
+    exact_success,
+    torch_threads,
+)
 from grpo_companion.rl.policies import TinyCausalTransformer
 from grpo_companion.rl.trainer import TrainConfig, TrainingFault, prepare_run
 
@@ -393,11 +398,6 @@ class _SeedRecorder(_Recorder):
         return exact_success(_Enumerated(log_probs, self.outputs), self.task, idx, self.temp)
 
 
-def _check_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-
-
 def _check_request(config: Any, seeds: Any, record_every: Any, workers: Any,
                    threads: Any) -> list[int]:
     """The supported case only; ``ValueError`` naming the parameter otherwise."""
@@ -418,9 +418,9 @@ def _check_request(config: Any, seeds: Any, record_every: Any, workers: Any,
     if config.ref_reset_every is not None:
         raise ValueError(f"ref_reset_every must be None for the batched engine (pi_ref stays "
                          f"fixed), got {config.ref_reset_every!r}")
-    _check_int("record_every", record_every)
-    _check_int("workers", workers)
-    _check_int("threads", threads)
+    check_count("record_every", record_every)
+    check_count("workers", workers)
+    check_count("threads", threads)
     if isinstance(seeds, np.ndarray) and seeds.ndim == 1:
         seeds = seeds.tolist()
     if isinstance(seeds, str | bytes) or not isinstance(seeds, Sequence) or not seeds:
@@ -531,7 +531,7 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
     clip_fraction = np.zeros((len(runs), config.iterations))
     seeds_n = len(runs)
     _self_check(stack, runs, params)
-    with _threads(threads):
+    with torch_threads(threads):
         for n in range(1, config.iterations + 1):
             for run in runs:
                 run.iteration = n
@@ -638,17 +638,6 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
     return results
 
 
-@contextlib.contextmanager
-def _threads(count: int) -> Iterator[None]:
-    """Torch's intra-op thread count inside the block."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _worker(args: tuple[TrainConfig, list[int], int, int]) -> list[LongRun]:
     config, seeds, record_every, threads = args
     torch.set_num_threads(1)
@@ -693,12 +682,8 @@ def run_seeds_batched(config: TrainConfig, seeds: Sequence[int], *, record_every
     """
     values = _check_request(config, seeds, record_every, workers, threads)
     if workers == 1 or len(values) == 1:
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        with torch_threads(1):
             return _train_batched(config, values, record_every, threads)
-        finally:
-            torch.set_num_threads(before)
     parts = [list(part) for part in np.array_split(np.array(values, dtype=object),
                                                    min(workers, len(values)))]
     jobs = [(config, [int(s) for s in part], record_every, threads) for part in parts]

@@ -241,3 +241,9 @@ def test_a_new_estimator_is_one_entry_and_a_wrong_score_is_caught(monkeypatch):
     wrong = kle.KLEstimator(k4.formula, k4.value, lambda d, xp: (d ** 3) / 3, "forward")
     monkeypatch.setitem(kle.KL_ESTIMATORS, "k4", wrong)
     assert _largest_gap("k4") > 1e-3
+    # ratio-weighted: the loss multiplies by pi / pi_old, and the score is value - value'
+    weighted = kle.KLEstimator("(pi / pi_old) d**4 / 12", k4.value,
+                               lambda d, xp: d ** 4 / 12 - d ** 3 / 3, "forward",
+                               ratio_weighted=True)
+    monkeypatch.setitem(kle.KL_ESTIMATORS, "k4", weighted)
+    assert _largest_gap("k4") < 1e-12
