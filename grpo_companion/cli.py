@@ -1,8 +1,10 @@
-"""Command line: ``python -m grpo_companion {book,run-chapter,train} ...``.
+"""Command line: ``python -m grpo_companion {book,run-chapter,train,diagnose} ...``.
 
 - ``book`` executes every chapter (cached) and renders the HTML book.
 - ``run-chapter`` executes one chapter source with other parameters.
 - ``train`` runs a toy GRPO training (see :mod:`grpo_companion.rl.cli`).
+- ``diagnose`` says what the theory predicts for a TRL ``GRPOConfig`` on your prompts
+  (see :mod:`grpo_companion.practice.diagnose`).
 """
 
 from __future__ import annotations
@@ -53,7 +55,63 @@ def build_parser() -> argparse.ArgumentParser:
     from grpo_companion.rl.cli import add_train_arguments
 
     add_train_arguments(train)
+
+    diag = sub.add_parser(
+        "diagnose", help="what the theory predicts for a TRL GRPOConfig on your prompts",
+        description="Print, for a trl.GRPOConfig and your prompts' reference success rates, "
+                    "the expected share of zero-variance groups (frac_reward_zero_std), where "
+                    "each prompt settles and how fast, which prompts cannot move at this "
+                    "group size, and the settings the theory does not cover; write a plot.")
+    diag.add_argument("--config", type=Path, required=True,
+                      help="JSON object of GRPOConfig fields (the rest: TRL's defaults)")
+    diag.add_argument("--p-ref", type=Path, required=True, dest="p_ref",
+                      help="CSV of reference success rates: one column, or a column named "
+                           "p_ref")
+    diag.add_argument("--plot", type=Path, default=Path("diagnosis.png"),
+                      help="PNG to write (default: diagnosis.png); never overwritten unless "
+                           "--overwrite")
+    diag.add_argument("--rounds", type=int, default=None,
+                      help="groups of each prompt the run draws (default: from max_steps)")
+    diag.add_argument("--overwrite", action="store_true", help="replace an existing --plot")
     return parser
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    """``diagnose``: print the table and write the plot; 2 with a one-line error on bad input."""
+    if args.plot.suffix.lower() != ".png":
+        print(f"error: --plot must name a .png file, got {args.plot}", file=sys.stderr)
+        return 2
+    if args.plot.exists() and not args.overwrite:
+        print(f"error: --plot {args.plot} exists; pass --overwrite or choose another path",
+              file=sys.stderr)
+        return 2
+    if not args.plot.parent.is_dir():
+        print(f"error: --plot {args.plot}: the folder {args.plot.parent} does not exist",
+              file=sys.stderr)
+        return 2
+    try:
+        from grpo_companion.practice.diagnose import diagnose
+        from grpo_companion.practice.trl_facts import TRLNotInstalledError
+
+        result = diagnose(args.config, args.p_ref, rounds=args.rounds)
+    except TRLNotInstalledError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:
+        print(f"error: {err}".splitlines()[0], file=sys.stderr)
+        return 2
+    print(result.table(max_rows=10_000))
+    from grpo_companion.files import write_atomically
+
+    figure = result.figure()
+    try:
+        write_atomically(args.plot, lambda f: figure.savefig(f, format="png", dpi=110),
+                         prefix=f".{args.plot.name}.", suffix=".tmp", text=False)
+    except OSError as err:
+        print(f"error: cannot write {args.plot}: {err.strerror}", file=sys.stderr)
+        return 2
+    print(f"plot: {args.plot}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         from grpo_companion.rl.cli import run_train
 
         return run_train(args)
+    if args.command == "diagnose":
+        return run_diagnose(args)
 
     from grpo_companion.book.pipeline import (
         BookBuildError,

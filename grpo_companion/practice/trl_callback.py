@@ -28,6 +28,13 @@ for the run's own settings, read from the trainer's ``args``
 - ``predicted_limit`` and ``regime``: where the iteration settles (fixed point,
   saturation at 1, absorption at 0) or that it does not (2-cycle, irregular:
   limit NaN).
+- ``predicted_zero_std`` (one value per step, repeated on its rows): the expected share
+  of groups whose rewards are all equal, ``mean_i (p_i^G + (1 - p_i)^G)`` over the
+  probe prompts' measured PoS (:func:`grpo_companion.practice.diagnose.zero_variance_share`),
+  and ``logged_zero_std``: TRL's ``frac_reward_zero_std`` logged at the next step,
+  whose groups this policy sampled (NaN until TRL logs it, or when it logs at no such
+  step; log every step, ``logging_steps=1``, to fill every row). The two agree when
+  the probe prompts are the training prompts, one group each per step (chapter 12).
 
 With ``use_bias_correction_kl=False`` the estimator follows ``KL(pi_ref ||
 pi)`` instead, and the reverse-KL analogue is used. With ``beta = 0`` there is
@@ -51,7 +58,8 @@ Files (``out_dir``), rewritten atomically (temporary file, then ``os.replace``)
 at each measurement by the main process only (``state.is_world_process_zero``):
 
 - ``pos_probe.csv``: one row per (step, prompt): ``step, prompt, measured_pos,
-  n, predicted_pos, theory_iteration, predicted_limit, regime, p_ref``;
+  n, predicted_pos, theory_iteration, predicted_limit, regime, p_ref,
+  predicted_zero_std, logged_zero_std``;
 - ``pos_probe.png``: measured (with +-1 standard error) and predicted PoS
   against the step, one panel per prompt (matplotlib, Agg canvas);
 - ``pos_probe.json``: the theory settings, the prompts and the predicted limits.
@@ -91,6 +99,7 @@ import torch
 from transformers import TrainerCallback
 
 from grpo_companion.files import write_atomically
+from grpo_companion.practice.diagnose import zero_variance_share
 from grpo_companion.practice.trl_bridge import (
     PredictedPath,
     TheorySettings,
@@ -103,7 +112,7 @@ __all__ = ["CSV_COLUMNS", "PoSProbeCallback"]
 
 #: Columns of the CSV, in order.
 CSV_COLUMNS = ("step", "prompt", "measured_pos", "n", "predicted_pos", "theory_iteration",
-               "predicted_limit", "regime", "p_ref")
+               "predicted_limit", "regime", "p_ref", "predicted_zero_std", "logged_zero_std")
 
 Verifier = Callable[[Any, str], Any]
 
@@ -344,6 +353,17 @@ class PoSProbeCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if state.global_step != self._last_step:
             self._measure(args, state, kwargs)
+        elif state.is_world_process_zero and self.writes_files and self.rows:
+            self._write()  # the last logged_zero_std arrived after the last measurement
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        value = (logs or {}).get("frac_reward_zero_std")
+        if value is None:
+            return
+        sampled_by = int(state.global_step) - 1  # this step's groups came from that policy
+        for row in self.rows:
+            if row["step"] == sampled_by:
+                row["logged_zero_std"] = float(value)
 
     # ------------------------------------------------------------ measuring
     def _check_outputs(self) -> None:
@@ -436,12 +456,14 @@ class PoSProbeCallback(TrainerCallback):
             self._path = PredictedPath(self.p_ref, self.settings)
         predicted = self._path.at(iteration)
         assert self.regimes is not None
+        zero_std = zero_variance_share(measured, int(args.num_generations))
         for i in range(len(self.prompts)):
             self.rows.append({
                 "step": step, "prompt": i, "measured_pos": float(measured[i]), "n": n,
                 "predicted_pos": float(predicted[i]), "theory_iteration": iteration,
                 "predicted_limit": float(self.limits[i]), "regime": self.regimes[i],
-                "p_ref": float(self.p_ref[i]),
+                "p_ref": float(self.p_ref[i]), "predicted_zero_std": zero_std,
+                "logged_zero_std": math.nan,
             })
         self._last_step = step
         if state.is_world_process_zero and self.writes_files:

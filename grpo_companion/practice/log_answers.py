@@ -1,0 +1,162 @@
+"""The theory's answers to what practitioners ask of their GRPO logs (chapter 12).
+
+Each function computes one answer exactly, on the bandit of the paper (one prompt,
+outputs that are verified or not) with groups of ``G``:
+
+- :func:`beta0_drift` and :func:`beta0_tail`: with ``beta = 0`` the expected logit
+  gradient of GRPO's loss on policy, ``D(p) = E[(k / G) plus[k]]`` over the number of
+  successes ``k ~ Binomial(G, p)`` (``plus[k]`` the advantage of a success, from the
+  calibration's group table). It vanishes at ``p = 0`` (absorbing) and like
+  ``c (1 - p)`` at ``p = 1``, with ``c = (G - 1) plus[G - 1]``: gradient flow
+  ``dL/dt = eta D`` then gives ``1 - p(t) ~ 1 / (eta c t)``, an approach to PoS 1 that
+  is algebraic, not geometric;
+- :func:`kl_on_mixed_groups_fixed_point`: where a prompt would settle if the KL term
+  acted only in groups whose rewards differ (the paper's objective, eq. 6, penalises
+  every prompt's KL; TRL's loss does so too);
+- :func:`softmax_expected_gradient`: the exact expected gradient, in the logits of a
+  tabular softmax over several outputs, of GRPO's loss on policy (sampled training
+  in expectation), with the forward-KL penalty; :func:`correct_share_entropy` the
+  entropy of the policy among the verified outputs.
+
+Each is checked against TRL's own code in ``tests/practice/test_log_answers.py``
+(:class:`~grpo_companion.practice.trl_bandit.TRLBandit`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from scipy import optimize, stats
+
+from grpo_companion import theory
+from grpo_companion.theory.calibration import Calibration
+from grpo_companion.theory.finite_group import group_table
+
+__all__ = [
+    "beta0_drift",
+    "beta0_tail",
+    "correct_share_entropy",
+    "kl_on_mixed_groups_fixed_point",
+    "softmax_expected_gradient",
+]
+
+
+def _group(calibration: Calibration) -> int:
+    if not isinstance(calibration, Calibration) or calibration.group_size is None:
+        raise ValueError(f"calibration must be a theory.Calibration with group_size set "
+                         f"(finite groups), got {calibration!r}")
+    return int(calibration.group_size)
+
+
+def _pmf(p: np.ndarray, g: int) -> np.ndarray:
+    return stats.binom.pmf(np.arange(g + 1), g, np.asarray(p, dtype=np.float64)[..., None])
+
+
+def beta0_drift(p: Any, calibration: Calibration) -> np.ndarray:
+    """``D(p) = E[(k/G) plus[k]]``: minus the expected gradient of GRPO's loss in the success
+    logit, on policy, with no KL term (bandit, one token per completion).
+
+    A group's loss is ``-(1/G) sum_i A_i ratio_i``; at ratio 1 its gradient in ``L`` is
+    ``-(1/G) sum_i A_i (r_i - p)`` and, since a group's advantages sum to zero, that is
+    ``-(k/G) plus[k]``.
+    """
+    g = _group(calibration)
+    p = np.asarray(p, dtype=np.float64)
+    if not np.all((p >= 0) & (p <= 1)):
+        raise ValueError("p must be probabilities in [0, 1]")
+    plus, _ = group_table(calibration, g)
+    k = np.arange(g + 1)
+    return np.sum(_pmf(p, g) * (k / g) * plus, axis=-1)
+
+
+def beta0_tail(calibration: Calibration) -> float:
+    """``c = lim_{p -> 1} D(p) / (1 - p) = (G - 1) plus[G - 1]`` (see :func:`beta0_drift`)."""
+    g = _group(calibration)
+    plus, _ = group_table(calibration, g)
+    return float((g - 1) * plus[g - 1])
+
+
+def _uniform_prob(p: float, g: int) -> float:
+    return p ** g + (1.0 - p) ** g
+
+
+def kl_on_mixed_groups_fixed_point(p_ref: Any, beta: float,
+                                   calibration: Calibration) -> np.ndarray:
+    """Fixed point if the KL term acted only in groups whose rewards are not all equal.
+
+    Then the expected penalty of a round sampled at PoS ``p`` is
+    ``beta (1 - p^G - (1 - p)^G) KL``: Theorem 2's round with that smaller weight, so the
+    fixed point solves ``L = L_ref + Omega_G(p) / (beta (1 - p^G - (1 - p)^G))``. Solved
+    per prompt by Brent's method on a bracket in the logit (residual below 1e-10).
+    """
+    g = _group(calibration)
+    if not (isinstance(beta, (int, float)) and beta > 0 and math.isfinite(beta)):
+        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+    p_ref = np.atleast_1d(np.asarray(p_ref, dtype=np.float64))
+    if not np.all((p_ref > 0) & (p_ref < 1)):
+        raise ValueError("p_ref must be probabilities in (0, 1)")
+    out = np.empty(p_ref.size)
+    for i, pr in enumerate(p_ref):
+        l_ref = float(theory.logit(pr))
+
+        def gap(x: float, l_ref: float = l_ref) -> float:
+            p = float(theory.sigmoid(x))
+            mixed = 1.0 - _uniform_prob(p, g)
+            return l_ref + float(calibration.omega_of_logit(x)) / (beta * mixed) - x
+
+        hi = l_ref + 1.0
+        while gap(hi) > 0:
+            hi = l_ref + 2.0 * (hi - l_ref)
+            if hi > 700:
+                raise RuntimeError("no fixed point below logit 700")
+        root = optimize.brentq(gap, l_ref, hi, xtol=1e-13, rtol=1e-15)
+        if abs(gap(root)) > 1e-10 * max(1.0, abs(root)):
+            raise RuntimeError(f"the fixed point of p_ref={pr} did not converge")
+        out[i] = float(theory.sigmoid(root))
+    return out
+
+
+def softmax_expected_gradient(theta: Any, theta_ref: Any, correct: Any,
+                              calibration: Calibration, beta: float) -> np.ndarray:
+    """Exact expected ascent direction of GRPO on a tabular softmax, on policy.
+
+    Outputs ``a`` with logits ``theta``, verified where ``correct``; groups of ``G``
+    sampled from ``pi = softmax(theta)``, one token per completion, loss
+    ``-(1/G) sum_i A_i ratio_i`` plus ``beta`` times the forward KL (whose on-policy
+    expected gradient TRL's bias-corrected k3 has). Minus the expected gradient is
+    ``D(p) pi_a / p`` on a verified output, ``-D(p) pi_b / (1 - p)`` on a failed one
+    (``D`` from :func:`beta0_drift`, ``p`` the PoS), minus
+    ``beta pi_a (log(pi_a / pi_ref_a) - KL)``.
+
+    The advantage part grows a verified output's logit in proportion to its
+    probability, so the likelier of two verified outputs gains on the other: the
+    ratios among verified outputs drift, which the closed-form optimum (Theorem 1)
+    does not do.
+    """
+    theta = np.asarray(theta, dtype=np.float64)
+    theta_ref = np.asarray(theta_ref, dtype=np.float64)
+    correct = np.asarray(correct, dtype=bool)
+    if theta.ndim != 1 or theta.shape != theta_ref.shape or theta.shape != correct.shape:
+        raise ValueError("theta, theta_ref and correct must be 1-D arrays of one length")
+    if not (correct.any() and (~correct).any()):
+        raise ValueError("correct must mark at least one verified and one failed output")
+    pi = np.exp(theta - np.logaddexp.reduce(theta))
+    log_ref = theta_ref - np.logaddexp.reduce(theta_ref)
+    p = float(pi[correct].sum())
+    d = float(beta0_drift(p, calibration))
+    ascent = np.where(correct, d * pi / p, -d * pi / (1.0 - p))
+    if beta:
+        log_ratio = np.log(pi) - log_ref
+        ascent = ascent - beta * pi * (log_ratio - float(np.sum(pi * log_ratio)))
+    return ascent
+
+
+def correct_share_entropy(theta: Any, correct: Any) -> float:
+    """Entropy (nats) of the policy renormalised on the verified outputs."""
+    theta = np.asarray(theta, dtype=np.float64)
+    correct = np.asarray(correct, dtype=bool)
+    t = theta[correct]
+    q = np.exp(t - np.logaddexp.reduce(t))
+    return float(-np.sum(q * np.log(q)))

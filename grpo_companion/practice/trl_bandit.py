@@ -1,0 +1,152 @@
+"""TRL's own loss and advantages driven on a bandit, where every expectation is exact.
+
+:class:`TRLBandit` holds a real ``trl.GRPOTrainer`` and calls two of its methods with
+inputs we choose, so that all of the arithmetic is TRL's:
+
+- ``_generate_and_score_completions`` computes the group advantages of rewards we
+  choose (:meth:`TRLBandit.advantages`, :meth:`TRLBandit.table`);
+- ``_compute_loss`` computes the loss of one micro-batch, with its one model call
+  (``_get_per_token_logps_and_entropies``) replaced on the instance by one that returns
+  the per-token log-probabilities we pass (:meth:`TRLBandit.loss`).
+
+On the two-outcome bandit (one token decides: success with probability ``p =
+sigmoid(L)``), an expectation over groups of ``G`` is a finite sum over the number of
+successes ``k``, so :meth:`TRLBandit.expected_loss` is TRL's expected loss, exactly, and
+:meth:`TRLBandit.drift` minus its exact gradient in ``L``. The same calls serve any
+tabular policy: :meth:`TRLBandit.loss` takes any log-probabilities, with gradients.
+The method is the one of ``tests/practice/test_trl_equivalence.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from scipy import stats
+
+__all__ = ["TRLBandit", "log_outcome"]
+
+F64 = torch.float64
+
+
+def log_outcome(logit: torch.Tensor, success: torch.Tensor) -> torch.Tensor:
+    """``log P(outcome)`` of each row of the two-outcome bandit with success logit ``logit``."""
+    return torch.where(success, torch.nn.functional.logsigmoid(logit),
+                       torch.nn.functional.logsigmoid(-logit))
+
+
+class TRLBandit:
+    """A ``GRPOTrainer`` whose advantages and loss we feed (see the module docstring).
+
+    Parameters
+    ----------
+    model_dir
+        A saved causal LM and tokenizer (only its config and vocabulary matter: the model
+        is never run).
+    tokenizer
+        Its tokenizer.
+    prompt_ids : torch.Tensor
+        The token ids of one prompt, shape ``(1, n)`` or ``(n,)``.
+    out_dir
+        The trainer's ``output_dir`` (nothing is written there).
+    **settings
+        ``GRPOConfig`` fields (``beta``, ``scale_rewards``, ``num_generations``, ...).
+    """
+
+    def __init__(self, model_dir: str | Path, tokenizer: Any, prompt_ids: torch.Tensor,
+                 out_dir: str | Path, **settings: Any) -> None:
+        from datasets import Dataset
+        from trl import GRPOConfig, GRPOTrainer
+
+        from grpo_companion.practice.trl_facts import grpo_defaults
+
+        group = int(settings.pop("num_generations",
+                                 grpo_defaults(["num_generations"])["num_generations"]))
+        self.prompt_ids = torch.as_tensor(prompt_ids).reshape(1, -1)
+        self.prompt = tokenizer.decode(self.prompt_ids[0])
+        self.group_size = group
+        args = GRPOConfig(
+            output_dir=str(out_dir), per_device_train_batch_size=group, num_generations=group,
+            max_completion_length=1, gradient_checkpointing=False, use_cpu=True, bf16=False,
+            report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
+            dataloader_num_workers=0, **settings)
+        self.trainer = GRPOTrainer(
+            model=str(model_dir), args=args, processing_class=tokenizer,
+            reward_funcs=lambda prompts, completions, target, **_: [float(t) for t in target],
+            train_dataset=Dataset.from_dict({"prompt": [self.prompt], "target": [1]}))
+        self.trainer.current_gradient_accumulation_steps = 1  # the training loop sets it
+        self.trainer.model.train()
+        self.beta = float(args.beta)
+
+    # ------------------------------------------------------------- advantages
+    def advantages(self, rewards: Any) -> torch.Tensor:
+        """TRL's advantages of groups of 0/1 ``rewards`` (a flat list, groups of ``G`` in
+        order), computed by ``_generate_and_score_completions`` in float64."""
+        rows = [{"prompt": self.prompt, "target": int(r)} for r in np.ravel(rewards)]
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(F64)
+        try:
+            return self.trainer._generate_and_score_completions(rows)["advantages"]
+        finally:
+            torch.set_default_dtype(previous)
+
+    def table(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(plus[k], minus[k])`` for ``k = 0..G``: TRL's advantage of a success and minus
+        that of a failure in a group with ``k`` successes."""
+        g = self.group_size
+        adv = self.advantages([int(i < k) for k in range(g + 1) for i in range(g)])
+        adv = adv.reshape(g + 1, g)
+        return adv[:, 0].clone(), -adv[:, -1].clone()
+
+    # ------------------------------------------------------------------- loss
+    def loss(self, logp: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+        """TRL's ``_compute_loss`` with ``logp`` as the model's per-token log-probabilities."""
+        def logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **_):
+            return logp, torch.zeros_like(logp), None
+
+        self.trainer._get_per_token_logps_and_entropies = logps_and_entropies
+        try:
+            return self.trainer._compute_loss(self.trainer.model, inputs)
+        finally:
+            del self.trainer._get_per_token_logps_and_entropies
+
+    def inputs(self, advantages: torch.Tensor, old_logp: torch.Tensor,
+               ref_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]:
+        """The ``inputs`` dict of ``_compute_loss`` for one group (rows: completions)."""
+        g = advantages.shape[0]
+        return {"prompt_ids": self.prompt_ids.expand(g, -1),
+                "prompt_mask": torch.ones_like(self.prompt_ids).expand(g, -1),
+                "completion_ids": torch.zeros(mask.shape, dtype=torch.long),
+                "completion_mask": mask.long(), "advantages": advantages,
+                "old_per_token_logps": old_logp, "ref_per_token_logps": ref_logp,
+                "num_items_in_batch": mask.sum()}
+
+    def expected_loss(self, logit: torch.Tensor, p_old: float, p_ref: float,
+                      table: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """TRL's loss in expectation over groups of ``G`` drawn with PoS ``p_old``, for the
+        bandit with success logit ``logit`` (one token per completion)."""
+        plus, minus = self.table() if table is None else table
+        g = self.group_size
+        pmf = stats.binom.pmf(np.arange(g + 1), g, p_old)
+        l_old = torch.tensor(math.log(p_old / (1 - p_old)), dtype=F64)
+        l_ref = torch.tensor(math.log(p_ref / (1 - p_ref)), dtype=F64)
+        mask = torch.ones(g, 1, dtype=torch.long)
+        total = torch.zeros((), dtype=F64)
+        for k in range(g + 1):
+            success = torch.arange(g) < k
+            inputs = self.inputs(torch.where(success, plus[k], -minus[k]),
+                                 log_outcome(l_old, success)[:, None],
+                                 log_outcome(l_ref, success)[:, None], mask)
+            total = total + float(pmf[k]) * self.loss(log_outcome(logit, success)[:, None],
+                                                      inputs)
+        return total
+
+    def drift(self, p: float, p_ref: float,
+              table: tuple[torch.Tensor, torch.Tensor] | None = None) -> float:
+        """Minus the exact expected gradient of TRL's loss in ``L``, on policy (``p_old = p``)."""
+        logit = torch.tensor(math.log(p / (1 - p)), dtype=F64, requires_grad=True)
+        (grad,) = torch.autograd.grad(self.expected_loss(logit, p, p_ref, table), logit)
+        return -grad.item()
