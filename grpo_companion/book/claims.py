@@ -108,6 +108,24 @@ CLAIMS: dict[str, str] = {
     "toy_fig3_zero": "The book's toy analog of Figure 3's prompts that the reference never solves "
                      "(not a claim of the paper): such a prompt stays at p_ref until one of its "
                      "groups of G samples holds a success, as the finite-group weights say",
+    "logs_loss": "The book's answer to 'the loss is 0' (not a claim of the paper): at ratio 1 "
+                 "TRL's loss is -sum A_i l_i / sum l_i + beta KL, so its value says nothing "
+                 "of the gradient",
+    "logs_zero_std": "The book's prediction of frac_reward_zero_std (not a claim of the "
+                     "paper): the mean of p^G + (1-p)^G over the prompts' current PoS",
+    "logs_kl_uniform": "The book's answer to 'uniform groups still get a KL gradient' (not a "
+                       "claim of the paper): it is the anchor of eq. 6; removing it moves "
+                       "the fixed points",
+    "logs_clip": "The book's answer to 'clip_ratio is always 0' (not a claim of the paper): "
+                 "with num_iterations = 1 every ratio is 1 when the loss is evaluated",
+    "logs_beta0": "The book's beta = 0 rate (not a claim of the paper): every prompt with "
+                  "p_ref > 0 goes to PoS 1, and 1 - p falls like 1/(eta c t) under gradient "
+                  "flow",
+    "logs_scale": "The book's comparison of scale_rewards 'group' and 'none' (not a claim of "
+                  "the paper): which reference PoS gains most at the fixed point",
+    "logs_entropy": "The book's answer on entropy among correct outputs (not a claim of the "
+                    "paper): sampled GRPO drifts the ratios of verified outputs, the KL "
+                    "anchor restores them, beta = 0 does not",
 }
 
 

@@ -78,18 +78,20 @@ def beta0_tail(calibration: Calibration) -> float:
     return float((g - 1) * plus[g - 1])
 
 
-def _uniform_prob(p: float, g: int) -> float:
-    return p ** g + (1.0 - p) ** g
-
-
 def kl_on_mixed_groups_fixed_point(p_ref: Any, beta: float,
                                    calibration: Calibration) -> np.ndarray:
     """Fixed point if the KL term acted only in groups whose rewards are not all equal.
 
-    Then the expected penalty of a round sampled at PoS ``p`` is
-    ``beta (1 - p^G - (1 - p)^G) KL``: Theorem 2's round with that smaller weight, so the
-    fixed point solves ``L = L_ref + Omega_G(p) / (beta (1 - p^G - (1 - p)^G))``. Solved
-    per prompt by Brent's method on a bracket in the logit (residual below 1e-10).
+    A completion's KL term then counts only when the rest of its group holds the other
+    outcome: with probability ``m_s = 1 - p^(G-1)`` for a success and
+    ``m_f = 1 - (1 - p)^(G-1)`` for a failure. The on-policy expected gradient of the
+    bias-corrected k3 becomes that of ``sum_y pi(y) m_y k3(y)``, and the stationary
+    point (where the recurrence's fixed points lie) solves
+
+        Omega_G(p) = beta (m_s log(p / p_ref) - m_f log((1 - p) / (1 - p_ref)))
+
+    instead of Theorem 2's ``Omega_G(p) = beta (L - L_ref)`` (``m = 1``). Solved per
+    prompt by Brent's method in the logit, on ``[L_ref, L_ref + 1400]``.
     """
     g = _group(calibration)
     if not (isinstance(beta, (int, float)) and beta > 0 and math.isfinite(beta)):
@@ -100,20 +102,15 @@ def kl_on_mixed_groups_fixed_point(p_ref: Any, beta: float,
     out = np.empty(p_ref.size)
     for i, pr in enumerate(p_ref):
         l_ref = float(theory.logit(pr))
+        log_pr, log_qr = math.log(pr), math.log1p(-pr)
 
-        def gap(x: float, l_ref: float = l_ref) -> float:
-            p = float(theory.sigmoid(x))
-            mixed = 1.0 - _uniform_prob(p, g)
-            return l_ref + float(calibration.omega_of_logit(x)) / (beta * mixed) - x
+        def gap(x: float, log_pr: float = log_pr, log_qr: float = log_qr) -> float:
+            log_p, log_q = -float(np.logaddexp(0.0, -x)), -float(np.logaddexp(0.0, x))
+            m_s, m_f = -math.expm1((g - 1) * log_p), -math.expm1((g - 1) * log_q)
+            anchor = m_s * (log_p - log_pr) - m_f * (log_q - log_qr)
+            return float(calibration.omega_of_logit(x)) - beta * anchor
 
-        hi = l_ref + 1.0
-        while gap(hi) > 0:
-            hi = l_ref + 2.0 * (hi - l_ref)
-            if hi > 700:
-                raise RuntimeError("no fixed point below logit 700")
-        root = optimize.brentq(gap, l_ref, hi, xtol=1e-13, rtol=1e-15)
-        if abs(gap(root)) > 1e-10 * max(1.0, abs(root)):
-            raise RuntimeError(f"the fixed point of p_ref={pr} did not converge")
+        root = optimize.brentq(gap, l_ref, l_ref + 1400.0, xtol=1e-12, rtol=1e-15)
         out[i] = float(theory.sigmoid(root))
     return out
 

@@ -125,9 +125,15 @@ class TRLBandit:
                 "num_items_in_batch": mask.sum()}
 
     def expected_loss(self, logit: torch.Tensor, p_old: float, p_ref: float,
-                      table: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                      table: tuple[torch.Tensor, torch.Tensor] | None = None, *,
+                      uniform_kl: bool = True) -> torch.Tensor:
         """TRL's loss in expectation over groups of ``G`` drawn with PoS ``p_old``, for the
-        bandit with success logit ``logit`` (one token per completion)."""
+        bandit with success logit ``logit`` (one token per completion).
+
+        ``uniform_kl=False`` removes the KL term from the groups whose rewards are all
+        equal, by giving them the current policy as their reference (k3 and its gradient
+        vanish there): the variant that keeps the KL only where there is an advantage.
+        """
         plus, minus = self.table() if table is None else table
         g = self.group_size
         pmf = stats.binom.pmf(np.arange(g + 1), g, p_old)
@@ -137,16 +143,33 @@ class TRLBandit:
         total = torch.zeros((), dtype=F64)
         for k in range(g + 1):
             success = torch.arange(g) < k
+            ref = logit.detach() if (k in (0, g) and not uniform_kl) else l_ref
             inputs = self.inputs(torch.where(success, plus[k], -minus[k]),
                                  log_outcome(l_old, success)[:, None],
-                                 log_outcome(l_ref, success)[:, None], mask)
+                                 log_outcome(ref, success)[:, None], mask)
             total = total + float(pmf[k]) * self.loss(log_outcome(logit, success)[:, None],
                                                       inputs)
         return total
 
     def drift(self, p: float, p_ref: float,
-              table: tuple[torch.Tensor, torch.Tensor] | None = None) -> float:
+              table: tuple[torch.Tensor, torch.Tensor] | None = None, *,
+              uniform_kl: bool = True) -> float:
         """Minus the exact expected gradient of TRL's loss in ``L``, on policy (``p_old = p``)."""
         logit = torch.tensor(math.log(p / (1 - p)), dtype=F64, requires_grad=True)
-        (grad,) = torch.autograd.grad(self.expected_loss(logit, p, p_ref, table), logit)
+        loss = self.expected_loss(logit, p, p_ref, table, uniform_kl=uniform_kl)
+        (grad,) = torch.autograd.grad(loss, logit)
         return -grad.item()
+
+    def fixed_point(self, p_ref: float, table: tuple[torch.Tensor, torch.Tensor] | None = None,
+                    *, uniform_kl: bool = True) -> float:
+        """Where TRL's expected on-policy gradient vanishes (Brent's method in the logit on
+        ``[-30, 30]``; ``ValueError`` if the drift keeps one sign there)."""
+        from scipy import optimize
+
+        table = self.table() if table is None else table
+
+        def drift(x: float) -> float:
+            return self.drift(1.0 / (1.0 + math.exp(-x)), p_ref, table, uniform_kl=uniform_kl)
+
+        root = optimize.brentq(drift, -30.0, 30.0, xtol=1e-12)
+        return 1.0 / (1.0 + math.exp(-root))
