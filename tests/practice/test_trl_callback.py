@@ -100,6 +100,40 @@ def test_a_short_grpo_run_writes_the_csv_and_plot(model_path, tmp_path):
     assert leftovers == []  # no temporary files left behind
 
 
+@pytest.mark.slow
+def test_the_zero_variance_share_is_recorded_next_to_trls(model_path, tmp_path):
+    """The probe prompts are the training prompts, one group each per step: the callback's
+    predicted share is the mean of p^G + (1-p)^G over its measured PoS, and its logged
+    share is what TRL logged at the next step (whose groups that policy sampled)."""
+    from datasets import Dataset
+
+    from grpo_companion.practice.diagnose import zero_variance_share
+
+    probes = ["say A", "say B"]
+    callback = PoSProbeCallback(probes, says_target, tmp_path / "probe", every=1, n_samples=8,
+                                batch_size=16, seed=0)
+    trainer = _tiny.trainer(model_path, tmp_path / "run", reward_func,
+                            dataset=Dataset.from_dict({"prompt": probes * 4}),
+                            callbacks=[callback], max_steps=3, learning_rate=0.05,
+                            num_generations=4, per_device_train_batch_size=8,
+                            max_completion_length=2, logging_strategy="steps", logging_steps=1)
+    trainer.train()
+    logged = {r["step"]: r["frac_reward_zero_std"] for r in trainer.state.log_history
+              if "frac_reward_zero_std" in r}
+    assert sorted(logged) == [1, 2, 3]
+    _, rows = _rows(tmp_path / "probe" / "pos_probe.csv")
+    for step in (0, 1, 2, 3):
+        mine = [r for r in rows if int(r["step"]) == step]
+        measured = [float(r["measured_pos"]) for r in mine]
+        assert float(mine[0]["predicted_zero_std"]) == pytest.approx(
+            zero_variance_share(measured, 4), abs=1e-12)
+        got = {r["logged_zero_std"] for r in mine}
+        if step + 1 in logged:
+            assert {float(g) for g in got} == {float(logged[step + 1])}
+        else:
+            assert got == {""}  # no later step: nothing logged yet (NaN, written empty)
+
+
 def _events(callback, model, tokenizer, args, *, main=True, steps=(0, 1, 2)):
     from transformers import TrainerControl, TrainerState
 
