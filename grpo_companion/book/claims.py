@@ -129,6 +129,13 @@ CLAIMS: dict[str, str] = {
 }
 
 
+#: The book's own results among :data:`CLAIMS`, beyond the paper: its toy analog of Figure 3
+#: and its answers to practitioners' questions about GRPO logs (chapter 12). The ledger
+#: lists them apart, so that their outcome is not read as the paper's.
+BOOK_OWN: frozenset[str] = frozenset(
+    {"toy_fig3", "toy_fig3_zero"} | {c for c in CLAIMS if c.startswith("logs_")})
+
+
 @dataclass(frozen=True)
 class ClaimRecord:
     """The outcome of one check of one claim, as recorded by a chapter."""
@@ -269,7 +276,7 @@ def earlier_notebooks(stage: Path, page: str) -> list[Path]:
 
 
 def ledger(records: Iterable[ClaimRecord]) -> list[dict[str, str]]:
-    """One row per claim of :data:`CLAIMS`.
+    """One row per claim of :data:`CLAIMS`; ``origin`` is ``"book"`` for :data:`BOOK_OWN`.
 
     A claim checked in several places gets every distinct status, failure first
     (e.g. ``"verified; extended"``, or ``"extended; not reproducible here"`` for
@@ -287,6 +294,7 @@ def ledger(records: Iterable[ClaimRecord]) -> list[dict[str, str]]:
         statuses = sorted({r.status for r in recs}, key=STATUS_ORDER.index) or [NOT_CHECKED]
         rows.append({
             "claim": claim,
+            "origin": "book" if claim in BOOK_OWN else "paper",
             "description": description,
             "primary": statuses[0],
             "status": "; ".join(statuses),

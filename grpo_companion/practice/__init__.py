@@ -10,6 +10,14 @@
 - :mod:`~grpo_companion.practice.trl_callback`: :class:`PoSProbeCallback`, which
   measures probe prompts' PoS during any ``GRPOTrainer`` run and records the
   theory's prediction next to it.
+- :mod:`~grpo_companion.practice.diagnose`: what the theory predicts for a
+  ``GRPOConfig`` on your prompts (zero-variance share, settling points and pace,
+  stuck prompts, uncovered settings); also ``python -m grpo_companion diagnose``.
+- :mod:`~grpo_companion.practice.trl_logs`, :mod:`~grpo_companion.practice.trl_bandit`,
+  :mod:`~grpo_companion.practice.log_answers` and
+  :mod:`~grpo_companion.practice.addition_toy`: chapter 12's logged TRL runs, TRL's
+  loss and advantages driven on the bandit, the theory's answers to practitioners'
+  questions, and the toy that chapters 11 and 12 train.
 
 Importing this package imports ``transformers`` (not TRL itself); the
 translations read the config's attributes only.

@@ -140,3 +140,13 @@ def test_ledger_reads_only_pages_before_it(tmp_path) -> None:
     with pytest.raises(ValueError, match="page must be listed"):
         claims.earlier_notebooks(tmp_path, "ch/missing")
     assert claims.earlier_notebooks(tmp_path / "ch", "ch/ledger") == []  # no _toc.yml there
+
+
+def test_the_books_own_results_are_kept_apart() -> None:
+    rows = {r["claim"]: r for r in claims.ledger([])}
+    own = {c for c, r in rows.items() if r["origin"] == "book"}
+    assert own == claims.BOOK_OWN
+    assert {"toy_fig3", "toy_fig3_zero"} < own
+    assert len([c for c in own if c.startswith("logs_")]) == 7  # chapter 12's seven answers
+    assert all(rows[c]["origin"] == "paper" for c in ("thm1", "thm2", "appA"))
+    assert all("not a claim of the paper" in claims.CLAIMS[c] for c in own)
