@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-__all__ = ["TRLBandit", "log_outcome"]
+__all__ = ["TRLBandit", "log_outcome", "trl_loss"]
 
 F64 = torch.float64
 
@@ -36,6 +36,23 @@ def log_outcome(logit: torch.Tensor, success: torch.Tensor) -> torch.Tensor:
     """``log P(outcome)`` of each row of the two-outcome bandit with success logit ``logit``."""
     return torch.where(success, torch.nn.functional.logsigmoid(logit),
                        torch.nn.functional.logsigmoid(-logit))
+
+
+def trl_loss(trainer: Any, logp: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+    """``trainer._compute_loss(model, inputs)`` with ``logp`` as the model's per-token
+    log-probabilities: its one model call, ``_get_per_token_logps_and_entropies``, is
+    replaced on the instance for the call (and restored), so the rest is TRL's code."""
+    def logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **_):
+        if logits_to_keep != logp.shape[1]:
+            raise ValueError(f"logp has {logp.shape[1]} tokens per completion but the inputs "
+                             f"have {logits_to_keep}")
+        return logp, torch.zeros_like(logp), None
+
+    trainer._get_per_token_logps_and_entropies = logps_and_entropies
+    try:
+        return trainer._compute_loss(trainer.model, inputs)
+    finally:
+        del trainer._get_per_token_logps_and_entropies
 
 
 class TRLBandit:
@@ -53,7 +70,9 @@ class TRLBandit:
     out_dir
         The trainer's ``output_dir`` (nothing is written there).
     **settings
-        ``GRPOConfig`` fields (``beta``, ``scale_rewards``, ``num_generations``, ...).
+        ``GRPOConfig`` fields (``beta``, ``scale_rewards``, ``num_generations``, ...); by
+        default one group per batch (``per_device_train_batch_size = G``) and completions
+        of one token (``max_completion_length = 1``).
     """
 
     def __init__(self, model_dir: str | Path, tokenizer: Any, prompt_ids: torch.Tensor,
@@ -68,11 +87,11 @@ class TRLBandit:
         self.prompt_ids = torch.as_tensor(prompt_ids).reshape(1, -1)
         self.prompt = tokenizer.decode(self.prompt_ids[0])
         self.group_size = group
-        args = GRPOConfig(
-            output_dir=str(out_dir), per_device_train_batch_size=group, num_generations=group,
-            max_completion_length=1, gradient_checkpointing=False, use_cpu=True, bf16=False,
-            report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
-            dataloader_num_workers=0, **settings)
+        base = dict(per_device_train_batch_size=group, max_completion_length=1,
+                    gradient_checkpointing=False, use_cpu=True, bf16=False, report_to=[],
+                    save_strategy="no", logging_strategy="no", disable_tqdm=True,
+                    dataloader_num_workers=0)
+        args = GRPOConfig(output_dir=str(out_dir), num_generations=group, **{**base, **settings})
         self.trainer = GRPOTrainer(
             model=str(model_dir), args=args, processing_class=tokenizer,
             reward_funcs=lambda prompts, completions, target, **_: [float(t) for t in target],
@@ -104,14 +123,7 @@ class TRLBandit:
     # ------------------------------------------------------------------- loss
     def loss(self, logp: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
         """TRL's ``_compute_loss`` with ``logp`` as the model's per-token log-probabilities."""
-        def logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **_):
-            return logp, torch.zeros_like(logp), None
-
-        self.trainer._get_per_token_logps_and_entropies = logps_and_entropies
-        try:
-            return self.trainer._compute_loss(self.trainer.model, inputs)
-        finally:
-            del self.trainer._get_per_token_logps_and_entropies
+        return trl_loss(self.trainer, logp, inputs)
 
     def inputs(self, advantages: torch.Tensor, old_logp: torch.Tensor,
                ref_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]:
@@ -125,51 +137,65 @@ class TRLBandit:
                 "num_items_in_batch": mask.sum()}
 
     def expected_loss(self, logit: torch.Tensor, p_old: float, p_ref: float,
-                      table: tuple[torch.Tensor, torch.Tensor] | None = None, *,
+                      table: tuple[torch.Tensor, torch.Tensor] | None = None,
+                      lengths: tuple[int, int] = (1, 1), *,
                       uniform_kl: bool = True) -> torch.Tensor:
         """TRL's loss in expectation over groups of ``G`` drawn with PoS ``p_old``, for the
-        bandit with success logit ``logit`` (one token per completion).
+        bandit with success logit ``logit``.
 
-        ``uniform_kl=False`` removes the KL term from the groups whose rewards are all
-        equal, by giving them the current policy as their reference (k3 and its gradient
-        vanish there): the variant that keeps the KL only where there is an advantage.
+        ``lengths``: tokens of a success and of a failure; only the first token is chosen by
+        the policy, the others have probability 1 under every policy (they count in the
+        averages). ``uniform_kl=False`` removes the KL term from the groups whose rewards
+        are all equal, by giving them the current policy as their reference (k3 and its
+        gradient vanish there): the variant that keeps the KL only where there is an
+        advantage.
         """
         plus, minus = self.table() if table is None else table
         g = self.group_size
+        width = max(lengths)
         pmf = stats.binom.pmf(np.arange(g + 1), g, p_old)
         l_old = torch.tensor(math.log(p_old / (1 - p_old)), dtype=F64)
         l_ref = torch.tensor(math.log(p_ref / (1 - p_ref)), dtype=F64)
-        mask = torch.ones(g, 1, dtype=torch.long)
+        rest = torch.zeros(g, width - 1, dtype=F64)
         total = torch.zeros((), dtype=F64)
         for k in range(g + 1):
             success = torch.arange(g) < k
+            n_tokens = torch.where(success, lengths[0], lengths[1])
+            mask = torch.arange(width)[None, :] < n_tokens[:, None]
             ref = logit.detach() if (k in (0, g) and not uniform_kl) else l_ref
             inputs = self.inputs(torch.where(success, plus[k], -minus[k]),
-                                 log_outcome(l_old, success)[:, None],
-                                 log_outcome(ref, success)[:, None], mask)
-            total = total + float(pmf[k]) * self.loss(log_outcome(logit, success)[:, None],
-                                                      inputs)
+                                 torch.cat([log_outcome(l_old, success)[:, None], rest], 1),
+                                 torch.cat([log_outcome(ref, success)[:, None], rest], 1),
+                                 mask)
+            logp = torch.cat([log_outcome(logit, success)[:, None], rest], 1)
+            total = total + float(pmf[k]) * self.loss(logp, inputs)
         return total
 
     def drift(self, p: float, p_ref: float,
-              table: tuple[torch.Tensor, torch.Tensor] | None = None, *,
-              uniform_kl: bool = True) -> float:
+              table: tuple[torch.Tensor, torch.Tensor] | None = None,
+              lengths: tuple[int, int] = (1, 1), *, uniform_kl: bool = True) -> float:
         """Minus the exact expected gradient of TRL's loss in ``L``, on policy (``p_old = p``)."""
         logit = torch.tensor(math.log(p / (1 - p)), dtype=F64, requires_grad=True)
-        loss = self.expected_loss(logit, p, p_ref, table, uniform_kl=uniform_kl)
+        loss = self.expected_loss(logit, p, p_ref, table, lengths, uniform_kl=uniform_kl)
         (grad,) = torch.autograd.grad(loss, logit)
         return -grad.item()
 
     def fixed_point(self, p_ref: float, table: tuple[torch.Tensor, torch.Tensor] | None = None,
-                    *, uniform_kl: bool = True) -> float:
-        """Where TRL's expected on-policy gradient vanishes (Brent's method in the logit on
-        ``[-30, 30]``; ``ValueError`` if the drift keeps one sign there)."""
+                    lengths: tuple[int, int] = (1, 1), *, uniform_kl: bool = True,
+                    bracket: tuple[float, float] = (-12.0, 12.0)) -> float | None:
+        """Where TRL's expected on-policy gradient vanishes: Brent's method in the logit on
+        ``bracket`` (to 1e-12); ``None`` if the drift keeps one sign there."""
         from scipy import optimize
+
+        from grpo_companion import theory
 
         table = self.table() if table is None else table
 
         def drift(x: float) -> float:
-            return self.drift(1.0 / (1.0 + math.exp(-x)), p_ref, table, uniform_kl=uniform_kl)
+            return self.drift(float(theory.sigmoid(x)), p_ref, table, lengths,
+                              uniform_kl=uniform_kl)
 
-        root = optimize.brentq(drift, -30.0, 30.0, xtol=1e-12)
-        return 1.0 / (1.0 + math.exp(-root))
+        lo, hi = bracket
+        if drift(lo) * drift(hi) > 0:
+            return None
+        return float(theory.sigmoid(optimize.brentq(drift, lo, hi, xtol=1e-12)))

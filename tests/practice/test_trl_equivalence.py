@@ -31,6 +31,7 @@ import torch
 import trl
 
 from grpo_companion import theory
+from grpo_companion.practice.trl_bandit import trl_loss
 from grpo_companion.practice.trl_bridge import (
     TRL_STD_EPS,
     advantage_calibration,
@@ -114,19 +115,6 @@ def _batch(seed: int, off_policy: bool, beta: float, groups: int = 2, group: int
         ref = logp + 0.6 * torch.randn(b, tokens, generator=gen, dtype=torch.float64)
         inputs["ref_per_token_logps"] = ref
     return logp, old, ref, inputs
-
-
-def trl_loss(trainer, logp: torch.Tensor, inputs: dict) -> torch.Tensor:
-    """TRL's ``_compute_loss`` with ``logp`` as the model's per-token log-probabilities."""
-    def logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **_):
-        assert logits_to_keep == logp.shape[1]
-        return logp, torch.zeros_like(logp), None
-
-    trainer._get_per_token_logps_and_entropies = logps_and_entropies
-    try:
-        return trainer._compute_loss(trainer.model, inputs)
-    finally:
-        del trainer._get_per_token_logps_and_entropies
 
 
 CLIPS = {"symmetric": (0.2, None), "asymmetric": (0.2, 0.28),
