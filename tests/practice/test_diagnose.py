@@ -185,3 +185,38 @@ def test_group_size_needed_is_the_smallest_that_reaches_the_target():
 def test_the_figure_draws():
     fig = dg.diagnose({"beta": 1.0}, [0.0, 0.1, 0.5]).figure()
     assert len(fig.axes) == 2 and len(fig.axes[0].lines) >= 2
+
+
+@pytest.fixture(scope="module")
+def bandit(tmp_path_factory):
+    import torch
+
+    from grpo_companion.practice.trl_bandit import TRLBandit
+
+    from . import _tiny
+
+    folder = tmp_path_factory.mktemp("tiny")
+    tok = _tiny.tokenizer()
+    return TRLBandit(_tiny.save_model(folder), tok, torch.tensor([tok("say A")["input_ids"]]),
+                     folder / "out", beta=1.0, num_generations=4)
+
+
+def test_the_zero_variance_share_is_trls_metric_in_expectation(bandit):
+    """TRL's own frac_reward_zero_std of a group with k successes, averaged over k."""
+    g = bandit.group_size
+    metric = []
+    for k in range(g + 1):
+        bandit.advantages([int(i < k) for i in range(g)])
+        metric.append(bandit.trainer._metrics["train"]["frac_reward_zero_std"][-1])
+    assert metric == [1.0] + [0.0] * (g - 1) + [1.0]
+    for p in (0.03, 0.4, 0.95):
+        expected = float(np.dot(stats.binom.pmf(np.arange(g + 1), g, p), metric))
+        assert dg.zero_variance_share([p], g) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_limits_are_where_trls_expected_gradient_vanishes(bandit):
+    p_ref = [0.1, 0.45, 0.8]
+    result = dg.diagnose({"beta": 1.0, "num_generations": bandit.group_size}, p_ref)
+    table = bandit.table()
+    for p, limit in zip(p_ref, result.limit, strict=True):
+        assert bandit.fixed_point(p, table) == pytest.approx(limit, abs=1e-9)
