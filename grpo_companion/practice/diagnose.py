@@ -53,6 +53,7 @@ from grpo_companion.practice.trl_bridge import (
 )
 
 __all__ = [
+    "SETTLE_FRACTION",
     "Diagnosis",
     "diagnose",
     "group_size_needed",

@@ -27,7 +27,8 @@ import numpy as np
 
 from grpo_companion.practice.diagnose import zero_variance_prob
 
-__all__ = ["LoggedRun", "logged_run", "loss_at_ratio_one", "zero_variance_check"]
+__all__ = ["LoggedRun", "logged_run", "logged_runs", "loss_at_ratio_one",
+           "zero_variance_check"]
 
 
 @dataclass
@@ -115,6 +116,49 @@ def logged_run(toy: Any, out_dir: str | Path, *, max_steps: int, seed: int = 0,
     run.history = [dict(r) for r in trainer.state.log_history if "loss" in r]
     run.pos = np.array(pos)
     return run
+
+
+def _run_alone(job: tuple[Any, str, dict[str, Any]]) -> LoggedRun:
+    """One :func:`logged_run` in a spawned process: offline, quiet, one torch thread."""
+    import os
+    import warnings
+
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ[name] = "1"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    warnings.filterwarnings("ignore")
+    import torch
+    import transformers
+
+    torch.set_num_threads(1)
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    toy, out_dir, keywords = job
+    return logged_run(toy, out_dir, **keywords)
+
+
+def logged_runs(toy: Any, out_dir: str | Path, settings: dict[str, dict[str, Any]], *,
+                workers: int = 1, **common: Any) -> dict[str, LoggedRun]:
+    """:func:`logged_run` for each ``name -> GRPOConfig settings`` of ``settings``.
+
+    ``common`` holds the keywords of every run (``max_steps``, ``seed``, ...); each run
+    writes under ``out_dir / name``. With ``workers > 1`` the runs go to that many spawned
+    processes, each on one torch thread (as a notebook that sets one thread runs them): a
+    run's numbers do not depend on where it runs, since TRL seeds each trainer from
+    ``seed``, so on a machine with several cores this only saves time.
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    jobs = {name: (toy, str(Path(out_dir) / name), {**common, **s})
+            for name, s in settings.items()}
+    if workers == 1 or len(jobs) == 1:
+        return {name: _run_alone(job) for name, job in jobs.items()}
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
+        return dict(zip(jobs, pool.map(_run_alone, jobs.values()), strict=True))
 
 
 def loss_at_ratio_one(advantages: Any, lengths: Any, beta: float, kl: float) -> float:

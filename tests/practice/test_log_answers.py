@@ -143,3 +143,21 @@ def test_the_zero_variance_check_has_power():
 def test_entropy_among_verified_outputs():
     assert log_answers.correct_share_entropy(np.log([0.25, 0.25, 0.5]),
                                              [True, True, False]) == pytest.approx(math.log(2))
+
+
+@pytest.mark.slow
+def test_runs_in_spawned_processes_equal_runs_in_this_one(tmp_path):
+    """logged_runs(workers=2) gives the numbers of the same runs made one after another."""
+    from grpo_companion.practice import addition_toy
+
+    toy = addition_toy.build(tmp_path / "ref", sft_steps=20)
+    settings = {"a": {}, "b": {"beta": 0.5}}
+    alone = trl_logs.logged_runs(toy, tmp_path / "one", settings, max_steps=4)
+    spread = trl_logs.logged_runs(toy, tmp_path / "two", settings, max_steps=4, workers=2)
+    for name in settings:
+        np.testing.assert_array_equal(alone[name].pos, spread[name].pos)
+        assert [r["loss"] for r in alone[name].history] == [r["loss"] for r in
+                                                            spread[name].history]
+        assert len(alone[name].inputs) == 4
+    with pytest.raises(ValueError, match="workers"):
+        trl_logs.logged_runs(toy, tmp_path, settings, workers=0, max_steps=1)
