@@ -13,9 +13,9 @@ from scipy import stats
 
 from grpo_companion import theory
 from grpo_companion.practice import log_answers, trl_logs
+from grpo_companion.practice.diagnose import read_config
 from grpo_companion.practice.trl_bandit import TRLBandit
 from grpo_companion.practice.trl_bridge import predict_limits, theory_settings
-from grpo_companion.practice.diagnose import read_config
 from grpo_companion.theory.finite_group import group_table
 
 from . import _tiny
