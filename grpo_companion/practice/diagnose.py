@@ -120,15 +120,10 @@ def zero_variance_se(p: Any, group_size: int) -> float:
 
 # ------------------------------------------------------------------------ reading input
 def _grpo_fields() -> dict[str, Any]:
-    from grpo_companion.practice.trl_facts import installed_trl
+    """Every field of the installed ``trl.GRPOConfig`` with its declared default."""
+    from grpo_companion.practice.trl_facts import grpo_defaults, installed_trl
 
-    out = {}
-    for field in dataclasses.fields(installed_trl().GRPOConfig):
-        if field.default is not dataclasses.MISSING:
-            out[field.name] = field.default
-        elif field.default_factory is not dataclasses.MISSING:
-            out[field.name] = field.default_factory()
-    return out
+    return grpo_defaults(f.name for f in dataclasses.fields(installed_trl().GRPOConfig))
 
 
 def read_config(config: Any) -> Any:
@@ -483,7 +478,7 @@ def diagnose(config: Any, p_ref: Any, *, rounds: int | None = None,
                      rounds_source=source, limit=limit, regime=regime,
                      iterations=_settle_iterations(p_ref, limit, settings, max_iterations),
                      zero_variance_ref=z_ref, zero_variance_limit=z_limit,
-                     stuck=np.asarray(never_mixed | (p_ref == 0) | (p_ref == 1)),
+                     stuck=never_mixed,  # p_ref = 0 or 1: every group is uniform
                      why_stuck=why)
 
 

@@ -199,3 +199,34 @@ class TRLBandit:
         if drift(lo) * drift(hi) > 0:
             return None
         return float(theory.sigmoid(optimize.brentq(drift, lo, hi, xtol=1e-12)))
+
+    def softmax_gradient(self, theta: Any, theta_ref: Any, correct: Any) -> np.ndarray:
+        """Minus the exact expected gradient of TRL's loss in the logits of a tabular softmax.
+
+        Outputs with logits ``theta`` (reference ``theta_ref``), verified where ``correct``,
+        one token per completion, groups of ``G`` sampled on policy: TRL's loss on every
+        composition of a group over the outputs (its advantages from :meth:`table`),
+        weighted by its multinomial probability and differentiated by autograd. The
+        independent check of :func:`grpo_companion.practice.log_answers.softmax_expected_gradient`.
+        """
+        import itertools
+
+        correct = np.asarray(correct, dtype=bool)
+        g, k_out = self.group_size, correct.size
+        plus, minus = self.table()
+        th = torch.tensor(np.asarray(theta, dtype=np.float64), requires_grad=True)
+        log_ref = torch.log_softmax(torch.tensor(np.asarray(theta_ref, dtype=np.float64)), 0)
+        pi = torch.softmax(th.detach(), 0).numpy()
+        total = torch.zeros((), dtype=F64)
+        for head in itertools.product(range(g + 1), repeat=k_out - 1):
+            if sum(head) > g:
+                continue
+            counts = [*head, g - sum(head)]
+            ys = np.repeat(np.arange(k_out), counts)
+            k = int(correct[ys].sum())
+            logp = torch.log_softmax(th, 0)[ys][:, None]
+            adv = torch.where(torch.as_tensor(correct[ys]), plus[k], -minus[k])
+            inputs = self.inputs(adv, logp.detach(), log_ref[ys][:, None], torch.ones(g, 1))
+            total = total + stats.multinomial.pmf(counts, g, pi) * self.loss(logp, inputs)
+        (grad,) = torch.autograd.grad(total, th)
+        return -grad.numpy()
