@@ -23,7 +23,7 @@ export PYTHONHASHSEED := 0
 # rerun by `make test` with numpy's SIMD dispatch off (scripts/limited_simd.py)
 NUMERIC_TESTS := tests/theory tests/symbolic tests/variants
 
-.PHONY: book book-quick test lint unit browser-deps bench screenshots lock clean venv
+.PHONY: book book-quick test lint unit browser-deps bench screenshots lock clean venv lab
 
 venv: $(STAMP)
 
@@ -68,6 +68,15 @@ test: $(STAMP) browser-deps
 	@# the matplotlib setting that once hid every figure: the book must not care
 	MPLBACKEND=Agg $(PY) -m grpo_companion book --quick --out _build/quick
 	GRPO_BOOK_HTML=_build/quick/html $(PY) -m pytest -q -m book
+
+## JupyterLab on the chapters: a chapter (.md) opens as a notebook (jupytext), its MyST
+## directives and math rendered (jupyterlab-myst); lab/labconfig sets that default viewer.
+## Run the cells top to bottom; LAB_PORT=8890 make lab to change the port
+LAB_PORT ?= 8888
+lab: $(STAMP)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/lab$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	  $(PY) -m jupyter lab --ServerApp.root_dir="$(CURDIR)" --port=$(LAB_PORT) \
+	  $(if $(filter 0,$(shell id -u)),--allow-root) chapters/01_calibration.md
 
 ## Headless-Chromium screenshots of every page (1400 px and 400 px wide) of the last built book
 screenshots: $(STAMP) browser-deps
