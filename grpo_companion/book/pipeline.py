@@ -439,6 +439,41 @@ def stage_mathjax(stage: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def stage_plotly(stage: Path) -> None:
+    """Copy Plotly's JavaScript (shipped by the pinned ``plotly`` wheel) into
+    ``_static/plotly/plotly.min.js``, so that the interactive explorer needs no network.
+
+    Done as :func:`stage_mathjax` does it: copied into a private folder beside the
+    destination and swapped in by renames, with a ``.source`` marker (the file and the
+    plotly version) written last, so that a partial copy is never built on."""
+    import plotly
+
+    src = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    if not src.exists():
+        raise BookBuildError(f"Plotly's JavaScript not found at {src}; reinstall the environment")
+    static = stage / "_static"
+    dst = static / "plotly"
+    marker = dst / ".source"
+    source = f"{src} {plotly.__version__}"
+    if marker.exists() and marker.read_text() == source and (dst / src.name).exists():
+        return
+    static.mkdir(parents=True, exist_ok=True)
+    prefix = ".plotly.tmp-"
+    for stale in static.glob(f"{prefix}*"):  # left by a killed build (the caller holds the lock)
+        shutil.rmtree(stale, ignore_errors=True)
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir=static))
+    try:
+        copy = work / "plotly"
+        copy.mkdir()
+        shutil.copy2(src, copy / src.name)
+        (copy / ".source").write_text(source)
+        if dst.exists() or dst.is_symlink():
+            os.replace(dst, work / "replaced")
+        os.replace(copy, dst)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 # --------------------------------------------------------------------- execution
 
 
@@ -855,6 +890,7 @@ def _stage_documents(opts: BuildOptions, log) -> list[ChapterResult]:
         toc = select_toc(toc, keep)
         write_if_changed(stage / "_toc.yml", yaml.safe_dump(toc, sort_keys=False).encode())
     stage_mathjax(stage)
+    stage_plotly(stage)
     if (root / "_static").is_dir():
         for path in (root / "_static").rglob("*"):
             if path.is_file():
