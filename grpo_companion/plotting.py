@@ -8,9 +8,17 @@ one, and a normalisation registered later (with
 :func:`grpo_companion.theory.register_normalization`) the next colour of
 :data:`EXTRA_PALETTE`, in registration order, so a chapter can plot a new
 variant without special cases.
+
+Every figure a chapter shows must be legible at the size the page shows it: its
+smallest text at least :data:`MIN_TEXT_PX` CSS pixels. In a notebook,
+:func:`use_book_style` makes IPython note, beside each figure's PNG, the smallest
+font it draws (:func:`text_record`); the book's tests turn that into pixels on the
+page with :func:`displayed_text_px` and the image width the browser shows.
 """
 
 from __future__ import annotations
+
+import math
 
 import matplotlib as mpl
 import matplotlib.ticker  # noqa: F401  (mpl.ticker)
@@ -57,9 +65,212 @@ BOOK_STYLE = {
 }
 
 
+#: Part of the sequential colour map that :func:`ordered_colors` samples: away from
+#: viridis's near-black end (lost among black lines and text) and from its pale yellow end
+#: (faint on white).
+ORDERED_RANGE = (0.2, 0.85)
+
+#: Most series :func:`ordered_colors` gives; more neighbours on one map would look alike.
+MAX_ORDERED = 8
+
+
+def ordered_colors(n: int, cmap: str = "viridis") -> list[tuple[float, float, float, float]]:
+    """Colours for ``n`` series that have an order (KL weights, group sizes, steps).
+
+    Evenly spaced on :data:`ORDERED_RANGE` of the sequential map ``cmap``, so that
+    neighbouring series differ in lightness and none is near black.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not an integer from 1 to :data:`MAX_ORDERED`, or ``cmap`` is not a
+        registered colour map.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_ORDERED:
+        raise ValueError(f"n must be an integer from 1 to {MAX_ORDERED}, got {n!r}; "
+                         "show more series as small multiples")
+    if cmap not in mpl.colormaps:
+        raise ValueError(f"cmap must be a registered matplotlib colour map, got {cmap!r}")
+    low, high = ORDERED_RANGE
+    steps = [low + (high - low) * i / max(n - 1, 1) for i in range(n)] if n > 1 \
+        else [(low + high) / 2]
+    return [tuple(float(c) for c in mpl.colormaps[cmap](x)) for x in steps]
+
+
 def use_book_style() -> None:
-    """Apply the book's matplotlib style (idempotent)."""
+    """Apply the book's matplotlib style (idempotent).
+
+    In an IPython kernel it also records the text size of every figure displayed
+    (:func:`record_text_sizes`).
+    """
     mpl.rcParams.update(BOOK_STYLE)
+    record_text_sizes()
+
+
+#: Smallest text, in CSS pixels at the size the page shows a figure, that a reader
+#: can read without zooming (the book's test of figure legibility).
+MIN_TEXT_PX = 9.0
+
+#: Key, in the ``image/png`` metadata of a displayed figure, of its :func:`text_record`.
+TEXT_RECORD_KEY = "grpo_companion_text"
+
+
+def drawn_text_sizes(fig) -> list[tuple[float, str]]:
+    """Font size (points) and string of every text the figure draws.
+
+    The figure is drawn once without rendering, and every text artist that
+    draws a non-blank string is noted: titles, tick labels, axis labels, legend
+    entries, annotations. Texts that are hidden, or belong to an axis that is
+    switched off, are not drawn and so not counted.
+    """
+    from matplotlib.text import Text
+
+    seen: list[tuple[float, str]] = []
+    draw = Text.draw
+
+    def noting_draw(self, renderer):
+        if self.get_visible() and self.get_text().strip():
+            seen.append((float(self.get_fontsize()), self.get_text()))
+        return draw(self, renderer)
+
+    Text.draw = noting_draw
+    try:
+        fig.draw_without_rendering()
+    finally:
+        Text.draw = draw
+    return seen
+
+
+def text_record(fig, width_px: float | None = None) -> dict:
+    """What the legibility check needs of a figure: its smallest text and its scale.
+
+    Parameters
+    ----------
+    fig
+        A matplotlib figure.
+    width_px
+        The width (1x pixels) the notebook declares for the saved image; the
+        figure's width times its dpi when not given (no tight bounding box).
+
+    Returns
+    -------
+    dict
+        ``min_pt`` (smallest font size drawn, points; ``None`` if no text),
+        ``text`` (that text, shortened), ``dpi`` (the figure's dots per inch,
+        at which the inline backend rasterises it at 1x), ``size_in`` (width and
+        height, inches) and ``width_px``.
+    """
+    sizes = drawn_text_sizes(fig)
+    smallest = min(sizes, key=lambda s: s[0], default=(None, ""))
+    width, height = (float(x) for x in fig.get_size_inches())
+    return {
+        "min_pt": smallest[0],
+        "text": smallest[1][:60],
+        "dpi": float(fig.dpi),
+        "size_in": [width, height],
+        "width_px": float(width_px if width_px is not None else width * fig.dpi),
+    }
+
+
+def displayed_text_px(points: float, dpi: float, natural_width: float,
+                      displayed_width: float) -> float:
+    """Height in CSS pixels of text of ``points`` points in a figure as shown.
+
+    A font of ``points`` points is ``points * dpi / 72`` pixels tall in an image
+    rasterised at ``dpi`` whose natural (1x) width is ``natural_width`` pixels;
+    shown ``displayed_width`` CSS pixels wide, the image is scaled by
+    ``displayed_width / natural_width``.
+
+    Raises
+    ------
+    ValueError
+        If any argument is not a finite number > 0.
+    """
+    for name, value in (("points", points), ("dpi", dpi), ("natural_width", natural_width),
+                        ("displayed_width", displayed_width)):
+        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return points * dpi / 72.0 * (displayed_width / natural_width)
+
+
+def _png_width(data) -> int | None:
+    """Pixel width read from a PNG's header (raw bytes or base64 text)."""
+    import base64
+
+    raw = base64.b64decode(data[:64]) if isinstance(data, str) else bytes(data[:24])
+    if raw[:8] != b"\x89PNG\r\n\x1a\n" or len(raw) < 24:
+        return None
+    return int.from_bytes(raw[16:20], "big")
+
+
+def _recording(formatter):
+    """Wrap IPython's PNG formatter of figures so that it adds a :func:`text_record`."""
+
+    def recorded(fig):
+        out = formatter(fig)
+        if out is None:
+            return None
+        data, metadata = out if isinstance(out, tuple) else (out, {})
+        metadata = dict(metadata or {})
+        width = metadata.get("width") or _png_width(data)
+        metadata[TEXT_RECORD_KEY] = text_record(fig, width)
+        return data, metadata
+
+    recorded._grpo_records_text = True
+    return recorded
+
+
+def _wrap_png_formatter(shell) -> None:
+    from matplotlib.figure import Figure
+
+    png = shell.display_formatter.formatters["image/png"]
+    try:
+        current = png.lookup_by_type(Figure)
+    except KeyError:  # no inline backend (yet)
+        return
+    if not getattr(current, "_grpo_records_text", False):
+        png.for_type(Figure, _recording(current))
+
+
+def _load_pyplot_backend() -> None:
+    """Load pyplot's backend now, as its first figure would, so that the inline backend's
+    formatter exists to be wrapped before a cell's ``plt.show()`` uses it."""
+    import sys
+
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None and not plt.get_fignums():  # switching closes figures: none open
+        plt.switch_backend(mpl.rcParams["backend"])
+
+
+def record_text_sizes(shell=None) -> bool:
+    """Note a :func:`text_record` in the metadata of every figure IPython shows as PNG.
+
+    Idempotent. Pyplot loads its backend (the inline backend, which registers the
+    formatter) only when a cell first draws, so a pyplot already imported is made to
+    load it now. The wrap is renewed before each cell runs and after it (before the
+    inline backend shows the figures left open), since a later ``%matplotlib inline``
+    registers a fresh formatter. Returns False (and does nothing) outside IPython.
+    """
+    if shell is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return False
+        shell = get_ipython()
+    if shell is None:
+        return False
+    _load_pyplot_backend()
+    _wrap_png_formatter(shell)
+    for event in ("pre_run_cell", "post_execute"):  # hooks run in registration order
+        if not any(getattr(h, "_grpo_records_text", False)
+                   for h in shell.events.callbacks[event]):
+
+            def renew(*_) -> None:
+                _wrap_png_formatter(shell)
+
+            renew._grpo_records_text = True
+            shell.events.register(event, renew)
+    return True
 
 
 def logit_ticks(ax, axis: str = "x", exponents: tuple[int, ...] = (4, 2)) -> None:

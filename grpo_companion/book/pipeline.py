@@ -47,6 +47,7 @@ import jupytext
 import nbformat
 import yaml
 
+from grpo_companion.book.export import export_reader_notebooks
 from grpo_companion.book.kernel import kernel_digest, kernel_session
 from grpo_companion.files import write_atomically
 
@@ -1063,5 +1064,9 @@ def build(opts: BuildOptions, log=print) -> list[ChapterResult]:
         log("== building HTML with Sphinx (-n -W --keep-going)" if not opts.select else
             "== building HTML with Sphinx (-n; only references to left-out pages may fail)")
         build_html(opts, log=log)
+        exported = export_reader_notebooks(
+            opts.stage, opts.html, opts.out / "doctrees", opts.stage / "references.bib",
+            toc_documents(opts.stage))
+        log(f"== {exported} download notebooks rewritten in plain Markdown (book.export)")
     log(f"== book ready: {opts.html / 'index.html'} ({time.perf_counter() - t0:.1f} s)")
     return results
