@@ -37,8 +37,10 @@ check passes for a claim corrected elsewhere records it with
 
 from __future__ import annotations
 
+import html
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -303,3 +305,101 @@ def ledger(records: Iterable[ClaimRecord]) -> list[dict[str, str]]:
                         " ".join(f"[{r.where}] {r.evidence}" for r in recs),
         })
     return rows
+
+
+# ------------------------------------------------------------------------ rendering as MyST
+
+#: The errata page, and the label of its item ``n`` (``(errata-item-n)=`` in chapters/errata.md).
+ERRATA_DOC = "/chapters/errata"
+ERRATA_ITEM_LABEL = "errata-item-{}"
+_NUMBERS = r"\d+(?:(?:, | and | or )\d+)*"
+_ERRATA_MENTION = re.compile(
+    rf"(?P<lead>\berrata,? items? )(?P<nums1>{_NUMBERS})"
+    rf"|(?P<items>\bitems? )(?P<nums2>{_NUMBERS})(?P<tail> of the errata)"
+    r"|(?P<bare>\berrata\b)")
+#: Characters that mean something in MyST inline text (a table cell): escaped in plain text.
+_MARKUP = re.compile(r"([\\`*_\[\]<>|$#{}~&!])")
+_CHAPTER = re.compile(r"Chapter (\d+)\b")
+
+
+def myst_escape(text: str) -> str:
+    """``text`` as literal MyST inline text (markup characters backslash-escaped, one line)."""
+    return _MARKUP.sub(r"\\\1", re.sub(r"\s+", " ", str(text)))
+
+
+def _item_links(numbers: str) -> str:
+    return re.sub(r"\d+", lambda m: f"{{ref}}`{m[0]} <{ERRATA_ITEM_LABEL.format(m[0])}>`",
+                  numbers)
+
+
+def errata_links(text: str) -> str:
+    """``text`` as MyST in which mentions of the errata are links: ``errata items 19 and 22``
+    and ``item 16 of the errata`` link each item, a bare ``errata`` links the page."""
+    out, last = [], 0
+    for match in _ERRATA_MENTION.finditer(text):
+        out.append(myst_escape(text[last:match.start()]))
+        if match["bare"]:
+            out.append(f"{{doc}}`errata <{ERRATA_DOC}>`")
+        elif match["lead"]:
+            out.append(myst_escape(match["lead"]) + _item_links(match["nums1"]))
+        else:
+            out.append(myst_escape(match["items"]) + _item_links(match["nums2"])
+                       + myst_escape(match["tail"]))
+        last = match.end()
+    out.append(myst_escape(text[last:]))
+    return "".join(out)
+
+
+def page_of(where: str, titles: Mapping[str, str]) -> str | None:
+    """The document that a record's ``where`` names: ``"Chapter 8, ..."`` is the page whose file
+    name starts with ``08_``; otherwise the page whose title ``where`` contains. None if none."""
+    match = _CHAPTER.match(where.strip())
+    if match:
+        prefix = f"{int(match[1]):02d}_"
+        for doc in titles:
+            if doc.rsplit("/", 1)[-1].startswith(prefix):
+                return doc
+        return None
+    for doc, title in titles.items():
+        if title and title.lower() in where.lower():
+            return doc
+    return None
+
+
+def where_links(where: str, titles: Mapping[str, str]) -> str:
+    """A ledger row's "checked in" cell as MyST: each place (the places are separated by
+    semicolons) a link to its page when :func:`page_of` finds it, plain text otherwise."""
+    cells = []
+    for place in filter(None, (p.strip() for p in where.split(";"))):
+        doc = page_of(place, titles)
+        shown = re.sub(r"[<>`]", "", " ".join(place.split()))
+        cells.append(f"{{doc}}`{shown} </{doc}>`" if doc else myst_escape(place))
+    return "; ".join(cells)
+
+
+def page_titles(notebooks: Mapping[str, Path]) -> dict[str, str]:
+    """Document -> the title (the first level-one heading) of its executed notebook."""
+    titles = {}
+    for doc, path in notebooks.items():
+        nb = nbformat.read(path, as_version=4)
+        heading = next((line[2:].strip() for cell in nb.cells if cell.cell_type == "markdown"
+                        for line in cell.source.splitlines() if line.startswith("# ")), "")
+        titles[doc] = heading
+    return titles
+
+
+def ledger_markdown(rows: Iterable[Mapping[str, str]], titles: Mapping[str, str],
+                    colours: Mapping[str, str]) -> str:
+    """Ledger rows (of :func:`ledger`) as a MyST table whose "checked in" cells link the pages
+    (:func:`where_links`) and whose evidence links the errata items it cites
+    (:func:`errata_links`); each status in ``colours[row["primary"]]``."""
+    lines = ["```{table}", ":class: claims-ledger", ":widths: auto", "",
+             "| claim | statement | status | checked in | evidence |",
+             "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        status = (f"<span class=\"ledger-status\" style=\"color:{colours[r['primary']]};"
+                  f"font-weight:600\">{html.escape(r['status'])}</span>")
+        lines.append(f"| `{r['claim']}` | {myst_escape(r['description'])} | {status} | "
+                     f"{where_links(r['where'], titles)} | {errata_links(r['evidence'])} |")
+    lines.append("```")
+    return "\n".join(lines) + "\n"

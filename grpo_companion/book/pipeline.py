@@ -966,14 +966,24 @@ def _bin(name: str) -> str:
     return str(exe) if exe.exists() else name
 
 
-def write_sphinx_config(stage: Path) -> None:
-    """Generate ``conf.py`` from ``_config.yml``/``_toc.yml`` (jupyter-book's own translation)."""
+def write_sphinx_config(stage: Path, log=print, root: Path = REPO_ROOT) -> None:
+    """Generate ``conf.py`` from ``_config.yml``/``_toc.yml`` (jupyter-book's own translation).
+
+    The repository button of the page header is added here, at build time, from the address
+    :func:`grpo_companion.book.links.resolve_repository` finds for ``root`` (it is left out,
+    and the log says so in one line, when none is known)."""
+    from grpo_companion.book import links
+
     tmp = stage / ".confgen"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    for name in ("_config.yml", "_toc.yml"):
-        shutil.copy2(stage / name, tmp / name)
+    shutil.copy2(stage / "_toc.yml", tmp / "_toc.yml")
+    repository = links.resolve_repository(root=root)
+    log(f"   {repository.describe()}")
+    config = links.with_repository(yaml.safe_load((stage / "_config.yml").read_text()),
+                                   repository.url)
+    (tmp / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     subprocess.run([_bin("jupyter-book"), "config", "sphinx", str(tmp)], check=True,
                    stdout=subprocess.DEVNULL)
     write_if_changed(stage / "conf.py", (tmp / "conf.py").read_bytes())
