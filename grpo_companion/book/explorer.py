@@ -34,8 +34,8 @@ from grpo_companion.theory import (
     pos_map_logit_derivative,
     sigmoid,
 )
-from grpo_companion.theory._validate import as_float_array, check_count
 from grpo_companion.theory.variants import CALIBRATIONS, calibration_named
+from grpo_companion.validation import as_float_array, check_count
 
 __all__ = [
     "DIV_ID",

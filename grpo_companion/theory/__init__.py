@@ -14,7 +14,7 @@ Core modules (the theory every chapter and the trainer use; exported here):
 - ``dynamics``: PoS recurrences of Table 1 in logit space, derivatives, Lemma 1.
 - ``roots``: all interior fixed points, vectorised over parameter grids.
 - ``regimes``: period-2 orbits and long-run regime classification.
-- ``logistic``, ``_validate``: logit-space helpers and the argument checks.
+- ``logistic``: logit-space helpers (the argument checks are ``grpo_companion.validation``).
 
 Chapter modules (each serves one chapter or page; import them by module name):
 ``group_sampling`` (ch. 6 Monte Carlo; its ``group_advantages`` is exported),

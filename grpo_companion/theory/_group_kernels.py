@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from ._validate import check_memory
+from grpo_companion.validation import check_memory
+
 from .logistic import _log_bernoulli_variance, _log_sigmoid
 from .normalizations import NUMPY_OPS
 

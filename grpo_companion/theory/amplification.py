@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from ._validate import (
+from grpo_companion.validation import (
     broadcast,
     check_beta,
     check_count,
@@ -29,6 +29,7 @@ from ._validate import (
     check_memory,
     check_probability,
 )
+
 from .calibration import Calibration, resolve_calibration
 
 __all__ = ["scan_fixed_points", "success_gain", "upper_fixed_point_logit"]

@@ -25,13 +25,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from ._validate import (
+from grpo_companion.validation import (
     as_float_array,
     check_alpha,
     check_count,
     check_probability,
     check_scalar_array,
 )
+
 from .calibration import Calibration, resolve_calibration
 from .dynamics import pos_map_logit_derivative
 from .logistic import logit

@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from ._validate import (
+from grpo_companion.validation import (
     check_alpha,
     check_beta,
     check_count,
@@ -34,6 +34,7 @@ from ._validate import (
     check_real,
     check_scalar_array,
 )
+
 from .calibration import Calibration, resolve_calibration
 from .dynamics import _prepare, iterate_logit
 from .logistic import logit

@@ -18,18 +18,19 @@ from numpy.typing import ArrayLike
 from scipy import optimize
 from scipy.special import expit
 
-from ._group_kernels import (
-    _group_gains,
-    _group_weights_of_logit,
-    _group_weights_prime_of_logit,
-)
-from ._validate import (
+from grpo_companion.validation import (
     check_choice,
     check_count,
     check_logit,
     check_memory,
     check_probability,
     check_real,
+)
+
+from ._group_kernels import (
+    _group_gains,
+    _group_weights_of_logit,
+    _group_weights_prime_of_logit,
 )
 from .logistic import _log_bernoulli_variance, _log_sigmoid, logit
 from .normalizations import EPS_PLACEMENTS, NORMALIZATIONS, NUMPY_OPS, Normalization

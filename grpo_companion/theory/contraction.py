@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._validate import (
+from grpo_companion.validation import (
     broadcast,
     check_beta,
     check_count,
@@ -30,6 +30,7 @@ from ._validate import (
     check_memory,
     check_real,
 )
+
 from .calibration import Calibration, resolve_calibration
 
 __all__ = [

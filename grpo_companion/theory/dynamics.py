@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from ._validate import (
+from grpo_companion.validation import (
     broadcast,
     check_alpha,
     check_beta,
@@ -31,6 +31,7 @@ from ._validate import (
     check_memory,
     check_probability,
 )
+
 from .calibration import Calibration, resolve_calibration
 from .logistic import _log_bernoulli_variance, logit, sigmoid
 

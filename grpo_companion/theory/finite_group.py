@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from grpo_companion.validation import check_count, check_logit, check_memory, check_real
+
 from ._group_kernels import (
     _group_gains,
     _group_table,
     _group_weights_of_logit,
     _group_weights_prime_of_logit,
 )
-from ._validate import check_count, check_logit, check_memory, check_real
 from .calibration import Calibration
 
 __all__ = ["group_gains", "group_table", "group_weights_of_logit", "group_weights_prime_of_logit"]

@@ -33,14 +33,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._group_kernels import _group_table
-from ._validate import (
+from grpo_companion.validation import (
     check_count,
     check_memory,
     check_probability,
     check_real,
     check_seed,
 )
+
+from ._group_kernels import _group_table
 from .calibration import Calibration, resolve_calibration
 
 __all__ = ["GroupWeightEstimate", "estimate_group_weights", "group_advantages", "sample_groups"]

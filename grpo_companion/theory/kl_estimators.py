@@ -41,7 +41,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize
 
-from ._validate import (
+from grpo_companion.validation import (
     broadcast,
     broadcast_shapes,
     check_beta,
@@ -50,6 +50,7 @@ from ._validate import (
     check_probability_vector,
     check_real,
 )
+
 from .calibration import Calibration, resolve_calibration
 from .logistic import _log_bernoulli_variance, logit, sigmoid
 

@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from ._validate import check_logit, check_probability
+from grpo_companion.validation import check_logit, check_probability
 
 __all__ = ["expit", "log_bernoulli_variance", "log_sigmoid", "logit", "sigmoid"]
 

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize, special
 
-from ._validate import (
+from grpo_companion.validation import (
     check_count,
     check_probability,
     check_probability_vector,
@@ -31,6 +31,7 @@ from ._validate import (
     check_scalar_array,
     check_success_mask,
 )
+
 from .calibration import Calibration, resolve_calibration
 
 _NEWTON_STEPS = 30

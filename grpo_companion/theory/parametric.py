@@ -50,7 +50,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize, special
 
-from ._validate import (
+from grpo_companion.validation import (
     as_float_array,
     broadcast,
     check_alpha,
@@ -64,6 +64,7 @@ from ._validate import (
     check_seed,
     check_success_mask,
 )
+
 from .calibration import Calibration, resolve_calibration
 from .dynamics import pos_map
 from .policies import anchored_policy, kl_divergence, policy_iterate, pos

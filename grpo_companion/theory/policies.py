@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from ._validate import (
+from grpo_companion.validation import (
     broadcast,
     check_alpha,
     check_beta,
@@ -23,6 +23,7 @@ from ._validate import (
     check_real,
     check_success_mask,
 )
+
 from .calibration import Calibration, resolve_calibration
 from .logistic import logit
 

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from ._validate import (
+from grpo_companion.validation import (
     broadcast,
     check_alpha,
     check_beta,
@@ -26,6 +26,7 @@ from ._validate import (
     check_probability,
     check_real,
 )
+
 from .calibration import Calibration, resolve_calibration
 from .dynamics import _affine_parts, _check_map_inputs, _prepare, _prev_part
 from .logistic import _log_bernoulli_variance, logit

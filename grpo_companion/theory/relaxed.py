@@ -23,7 +23,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize
 
-from ._validate import check_interval, check_probability, check_real
+from grpo_companion.validation import check_interval, check_probability, check_real
+
 from .calibration import resolve_calibration
 from .dynamics import iterate
 

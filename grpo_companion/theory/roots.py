@@ -24,7 +24,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from ._validate import broadcast, check_alpha, check_beta, check_logit, check_probability
+from grpo_companion.validation import (
+    broadcast,
+    check_alpha,
+    check_beta,
+    check_logit,
+    check_probability,
+)
+
 from .calibration import Calibration, resolve_calibration
 from .logistic import logit
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._validate import (
+from grpo_companion.validation import (
     broadcast,
     check_alpha,
     check_beta,
@@ -26,6 +26,7 @@ from ._validate import (
     check_memory,
     check_probability,
 )
+
 from .calibration import Calibration, resolve_calibration
 from .dynamics import pos_map_logit
 from .logistic import logit, sigmoid

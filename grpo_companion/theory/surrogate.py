@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._validate import (
+from grpo_companion.validation import (
     broadcast,
     check_count,
     check_memory,
@@ -41,6 +41,7 @@ from ._validate import (
     check_seed,
     check_success_mask,
 )
+
 from .calibration import Calibration, resolve_calibration
 
 __all__ = [

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import special
 
-from ._validate import check_beta, check_count, check_memory, check_real, check_seed
+from grpo_companion.validation import check_beta, check_count, check_memory, check_real, check_seed
+
 from .calibration import Calibration
 from .dynamics import iterate, iterate_logit, pos_map_derivative, pos_map_logit_derivative
 from .logistic import logit

@@ -57,7 +57,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize, special
 
-from ._validate import (
+from grpo_companion.validation import (
     broadcast,
     check_beta,
     check_count,
@@ -66,6 +66,7 @@ from ._validate import (
     check_real,
     check_seed,
 )
+
 from .calibration import Calibration, resolve_calibration
 from .dynamics import pos_map_logit
 from .kl_estimators import ESTIMATOR_TARGETS, _reverse_kl_policy, reverse_kl_fixed_points

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._validate import check_real
+from grpo_companion.validation import check_real
+
 from .calibration import Calibration
 
 __all__ = ["ANCHOR_KINDS", "CALIBRATIONS", "Anchor", "Variant", "calibration_named"]

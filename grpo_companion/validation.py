@@ -1,4 +1,4 @@
-"""Input checks shared by the theory modules (and the trainer).
+"""Input checks shared by the library: theory, the explorer and the trainer.
 
 Every check raises :class:`ValueError` that names the parameter, the offending
 value and the valid range. Nothing is clipped into range and nothing is
