@@ -1040,7 +1040,7 @@ def build_html(opts: BuildOptions, log=print) -> None:
     page again and reports the same warnings (an incremental build re-reads only the pages
     that changed, and would otherwise pass without them).
     """
-    write_sphinx_config(opts.stage)
+    write_sphinx_config(opts.stage, log=log, root=opts.root)
     doctrees = opts.out / "doctrees"
     strict = [] if opts.select else ["-W", "--keep-going"]
     cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-n", *strict, "-q",
