@@ -24,6 +24,7 @@ and one build at a time holds ``<out>/.build.lock`` (:func:`build_lock`).
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
 import fcntl
 import glob
@@ -50,6 +51,7 @@ import yaml
 from grpo_companion.book.export import export_reader_notebooks
 from grpo_companion.book.kernel import kernel_digest, kernel_session
 from grpo_companion.files import write_atomically
+from grpo_companion.plotting import TEXT_RECORD_KEY
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = PACKAGE_DIR.parent
@@ -527,12 +529,31 @@ def image_outputs(cell: nbformat.NotebookNode) -> int:
 
 @dataclass(frozen=True)
 class Figure:
-    """A figure a reader sees: the cell that draws it and its caption metadata."""
+    """A figure a reader sees: the cell that draws it, its caption metadata and, when
+    :func:`grpo_companion.plotting.use_book_style` recorded it, its text sizes
+    (:func:`grpo_companion.plotting.text_record`) and the SHA-256 of its image (the
+    name MyST-NB gives the image file)."""
 
     cell: int
     name: str
     caption: str
     alt: str
+    text: Mapping | None = None
+    image_sha256: str = ""
+
+
+def _image_output(out: Mapping) -> tuple[str, Mapping | None] | None:
+    """SHA-256 of an output's image bytes and its text record; None if it has no image."""
+    for mime in IMAGE_TYPES:
+        if mime in out.get("data", {}):
+            data = out["data"][mime]
+            try:
+                raw = data.encode() if mime == "image/svg+xml" else base64.b64decode(data)
+            except (TypeError, ValueError):  # not base64: no file of ours has this name
+                raw = str(data).encode()
+            record = out.get("metadata", {}).get(mime, {}).get(TEXT_RECORD_KEY)
+            return hashlib.sha256(raw).hexdigest(), record
+    return None
 
 
 def visible_figures(nb: nbformat.NotebookNode) -> list[Figure]:
@@ -544,9 +565,12 @@ def visible_figures(nb: nbformat.NotebookNode) -> list[Figure]:
         if _output_hidden(cell):
             continue
         figure, image = _figure_metadata(cell)
-        for _ in range(image_outputs(cell)):
-            out.append(Figure(i, str(figure.get("name", "")), str(figure.get("caption", "")),
-                              str(image.get("alt", ""))))
+        for output in cell.get("outputs", []):
+            seen = _image_output(output)
+            if seen is not None:
+                out.append(Figure(i, str(figure.get("name", "")),
+                                  str(figure.get("caption", "")), str(image.get("alt", "")),
+                                  text=seen[1], image_sha256=seen[0]))
     return out
 
 
