@@ -216,7 +216,7 @@ def test_train_help_has_the_trl_name_table(train_help):
 
 
 def test_api_page_holds_the_generated_table():
-    assert fields.trl_table_markdown(TrainConfig) in (ROOT / "api.md").read_text()
+    assert fields.trl_table_markdown(TrainConfig) in (ROOT / "api" / "rl.md").read_text()
 
 
 def test_every_field_is_declared_once_with_its_metadata():
