@@ -88,6 +88,7 @@ import json
 import logging
 import math
 import os
+import re
 import tempfile
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -222,6 +223,26 @@ def _check_names(out: Path, names: dict[str, str]) -> None:
             raise ValueError(f"{seen[path]} and {arg} name the same file ({name!r}): the last "
                              "write would replace the other; give them different names")
         seen[path] = arg
+
+
+#: Most panels in a row of :meth:`PoSProbeCallback.figure`.
+FIGURE_COLUMNS = 2
+
+#: Smallest font (points) of :meth:`PoSProbeCallback.figure`.
+FIGURE_MIN_POINTS = 9
+
+
+def prompt_label(prompt: Any) -> str:
+    """A probe prompt as a panel title: its text without special tokens.
+
+    Tokens in angle brackets (``<bos>``, ``<|im_start|>``) are dropped and white space
+    is collapsed (``"<bos> 0 3 + 0 7 ="`` becomes ``"0 3 + 0 7 ="``); a conversation is
+    represented by its last message. Pass ``prompt_labels`` to
+    :meth:`PoSProbeCallback.figure` to write prompts as a reader would (``"03 + 07 ="``).
+    """
+    if not isinstance(prompt, str):
+        prompt = str(prompt[-1].get("content", "")) if prompt else ""
+    return " ".join(re.sub(r"<\|?[^<>\s]*\|?>", " ", prompt).split())
 
 
 class PoSProbeCallback(TrainerCallback):
@@ -503,17 +524,43 @@ class PoSProbeCallback(TrainerCallback):
         _atomic_write(self.plot_path, lambda f: figure.savefig(f, format="png", dpi=100),
                       binary=True)
 
-    def figure(self) -> Any:
-        """The measured-versus-predicted figure of the rows so far (Agg canvas, no pyplot)."""
+    def figure(self, prompt_labels: Sequence[str] | None = None) -> Any:
+        """The measured-versus-predicted figure of the rows so far (Agg canvas, no pyplot).
+
+        One panel per probe prompt, at most :data:`FIGURE_COLUMNS` to a row, titled with
+        the prompt as a reader would write it, and one legend for all panels below
+        them. Its text is at least :data:`FIGURE_MIN_POINTS` points, so that, shown at
+        a book's text width (about 800 CSS pixels), it reads at 9 pixels or more.
+
+        Parameters
+        ----------
+        prompt_labels
+            Panel titles, one per probe prompt (e.g. ``"03 + 07 ="``); default: each
+            prompt as :func:`prompt_label` writes it.
+
+        Raises
+        ------
+        ValueError
+            If ``prompt_labels`` does not hold one string per probe prompt.
+        """
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
         count = len(self.prompts)
-        cols = min(4, count)
+        if prompt_labels is None:
+            labels = [prompt_label(p) for p in self.prompts]
+        else:
+            labels = list(prompt_labels) if not isinstance(prompt_labels, str) else []
+            if len(labels) != count or not all(isinstance(t, str) for t in labels):
+                raise ValueError(f"prompt_labels must hold one string per probe prompt "
+                                 f"({count}), got {prompt_labels!r}")
+        cols = min(FIGURE_COLUMNS, count)
         lines = math.ceil(count / cols)
-        fig = Figure(figsize=(3.4 * cols, 2.6 * lines + 0.8), layout="constrained")
+        size = FIGURE_MIN_POINTS
+        fig = Figure(figsize=(3.6 * cols + 0.6, 2.7 * lines + 1.3), layout="constrained")
         FigureCanvasAgg(fig)
-        axes = np.atleast_1d(fig.subplots(lines, cols, squeeze=False)).ravel()
+        axes = np.atleast_1d(fig.subplots(lines, cols, squeeze=False, sharex=True,
+                                          sharey=True)).ravel()
         for i, ax in enumerate(axes):
             if i >= count:
                 ax.set_axis_off()
@@ -523,21 +570,30 @@ class PoSProbeCallback(TrainerCallback):
             pos = np.array([r["measured_pos"] for r in mine])
             n = np.array([r["n"] for r in mine], dtype=np.float64)
             ax.errorbar(steps, pos, yerr=np.sqrt(pos * (1 - pos) / n), fmt="o-", ms=3,
-                        color="C0", label="measured")
+                        color="C0", label="measured PoS (\u00b11 s.e.)")
             predicted = np.array([r["predicted_pos"] for r in mine])
             if np.isfinite(predicted).any():
                 ax.plot(steps, predicted, "--", drawstyle="steps-post", color="C1",
                         label="recurrence")
             limit = mine[-1]["predicted_limit"] if mine else math.nan
             if math.isfinite(limit):
-                ax.axhline(limit, ls=":", color="C2", label="limit")
-            text = self.prompts[i] if isinstance(self.prompts[i], str) else str(self.prompts[i])
-            ax.set_title(textwrap.shorten(f"{i}: {text}", 40), fontsize=8)
+                ax.axhline(limit, ls=":", color="C2", label="its limit")
+            ax.set_title(textwrap.shorten(labels[i], 32, placeholder="..."), fontsize=size + 1)
             ax.set_ylim(-0.03, 1.03)
-            ax.set_xlabel("step", fontsize=8)
-            ax.set_ylabel("PoS", fontsize=8)
-            ax.tick_params(labelsize=7)
-        axes[0].legend(fontsize=7, loc="lower right")
+            ax.tick_params(labelsize=size)
+            if i >= count - cols:  # the lowest panel of its column
+                ax.set_xlabel("optimiser step", fontsize=size)
+            if i % cols == 0:
+                ax.set_ylabel("PoS", fontsize=size)
+        handles: dict[str, Any] = {}
+        for ax in axes[:count]:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                handles.setdefault(label, handle)
+        order = [k for k in ("measured PoS (\u00b11 s.e.)", "recurrence", "its limit")
+                 if k in handles]
+        if order:
+            fig.legend([handles[k] for k in order], order, loc="outside lower center",
+                       ncol=len(order), fontsize=size)
         if self.settings is not None:
-            fig.suptitle(textwrap.fill(self.settings.note, 110), fontsize=8)
+            fig.suptitle(textwrap.fill(self.settings.note, 26 * cols + 10), fontsize=size)
         return fig

@@ -54,6 +54,6 @@ def test_check_reports_a_figure_the_page_shrinks(driver, html_dir: Path, tmp_pat
     after = measure_book(driver, site, [page])[0]
     assert len(after.figures) == len(before.figures) > 0
     for old, new in zip(before.figures, after.figures, strict=True):
-        assert new.shown_width < 0.3 * old.shown_width
+        assert new.shown_width < 0.5 * old.shown_width
         assert new.px == pytest.approx(old.px * new.shown_width / old.shown_width)
     assert len(too_small(after.figures)) == len(after.figures)
