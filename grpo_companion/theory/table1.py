@@ -88,27 +88,32 @@ def variants(eps: float = 1e-5, alpha_two_kl: float = 0.5) -> tuple[Table1Row, .
     return (
         Table1Row("grpo", "GRPO, no clip (mean-var)", Variant(std, Anchor.reference()),
                 r"L_n = L_{\mathrm{ref}} + \Omega_\varepsilon(p_{n-1})/\beta",
-                "implicit fixed point p* = s(L_ref + Omega(p*)/beta); converges if "
-                "sup_p |h'(p)| < 1"),
+                r"implicit fixed point "
+                r"$p^\star = \sigma(L_{\mathrm{ref}} + \Omega(p^\star)/\beta)$; "
+                r"converges if $\sup_p \lvert h'(p)\rvert < 1$"),
         Table1Row("dr_grpo", "Dr. GRPO, no clip (mean-only)", Variant(mean, Anchor.reference()),
                 r"L_n = L_{\mathrm{ref}} + 1/\beta",
-                "p* = s(L_ref + 1/beta), reached in one step; trivially stable"),
+                r"$p^\star = \sigma(L_{\mathrm{ref}} + 1/\beta)$, reached in one step; "
+                "trivially stable"),
         Table1Row("mirror", "Mirror GRPO (mean-var)", Variant(std, Anchor.mirror()),
                 r"L_n = L_{n-1} + \Omega_\varepsilon(p_{n-1})/\beta",
-                "no interior fixed point; p_n increases to 1 (global); 0 absorbing only "
+                "no interior fixed point; $p_n$ increases to 1 (global); 0 absorbing only "
                 "without success support"),
         Table1Row("mirror_dr", "Mirror Dr. GRPO (mean-only)", Variant(mean, Anchor.mirror()),
                 r"L_n = L_{n-1} + 1/\beta",
-                "no interior fixed point; L_n = L_ref + n/beta, p_n increases to 1"),
+                r"no interior fixed point; $L_n = L_{\mathrm{ref}} + n/\beta$, "
+                "$p_n$ increases to 1"),
         Table1Row("two_kl", "Two-KL, mean+var", Variant(std, Anchor.two_kl(a)),
                 r"L_n = \alpha L_{\mathrm{ref}} + (1-\alpha) L_{n-1} + \Delta_R"
                 r" + \Omega_\varepsilon(p_{n-1})/\beta",
-                "L* = L_ref + Delta_R*/alpha + Omega(p*)/(alpha beta); affine contraction "
-                "in log-odds if Delta_R bounded; monotonicity not guaranteed"),
+                r"$L^\star = L_{\mathrm{ref}} + \Delta_R^\star/\alpha"
+                r" + \Omega(p^\star)/(\alpha\beta)$; affine contraction in log-odds if "
+                r"$\Delta_R$ bounded; monotonicity not guaranteed"),
         Table1Row("two_kl_mean", "Two-KL, mean only", Variant(mean, Anchor.two_kl(a)),
                 r"L_n = \alpha L_{\mathrm{ref}} + (1-\alpha) L_{n-1} + \Delta_R + 1/\beta",
-                "unique L* = L_ref + Delta_R*/alpha + 1/(alpha beta); contraction in "
-                "log-odds with rate 1 - alpha; p* > p_ref if Delta_R* + 1/beta > 0"),
+                r"unique $L^\star = L_{\mathrm{ref}} + \Delta_R^\star/\alpha + 1/(\alpha\beta)$;"
+                r" contraction in log-odds with rate $1 - \alpha$; $p^\star > p_{\mathrm{ref}}$"
+                r" if $\Delta_R^\star + 1/\beta > 0$"),
     )
 
 
@@ -247,8 +252,8 @@ def _check_reference(v: Table1Row, n_grid: int) -> tuple[str, str, dict[str, flo
             pg[:, None, None], p_ref, beta, calibration=cal))))
         ok = (ev["one_step_error"] < 1e-12 and ev["second_step_change"] == 0
               and ev["max_abs_slope"] == 0 and n_fp.min() == n_fp.max() == 1 and above)
-        reason = ("p_1 = s(L_ref + 1/beta) from any start, p_2 = p_1 exactly, h' = 0: "
-                  "a constant map, so one step and stable")
+        reason = (r"$p_1 = \sigma(L_{\mathrm{ref}} + 1/\beta)$ from any start, $p_2 = p_1$ "
+                  r"exactly, $h' = 0$: a constant map, so one step and stable")
         return ("pass" if ok else "fail"), reason, ev
     # mean-var reference map: contraction is sufficient for convergence
     pg = _p_grid()[1:-1]
@@ -270,9 +275,9 @@ def _check_reference(v: Table1Row, n_grid: int) -> tuple[str, str, dict[str, flo
     })
     ok = (contraction.any() and ev["contraction_not_converging"] == 0 and above
           and resid < 1e-9)
-    reason = ("fixed points solve the implicit equation and exceed p_ref; wherever "
-              "sup|h'| < 1 the orbit converges to the unique fixed point (a sufficient "
-              "condition only: many more cells converge)")
+    reason = (r"fixed points solve the implicit equation and exceed $p_{\mathrm{ref}}$; "
+              r"wherever $\sup \lvert h'\rvert < 1$ the orbit converges to the unique fixed "
+              "point (a sufficient condition only: many more cells converge)")
     return ("pass" if ok else "fail"), reason, ev
 
 
@@ -299,10 +304,12 @@ def _check_mirror(v: Table1Row, n_grid: int) -> tuple[str, str, dict[str, float]
         arith = np.abs(path - (logit(p_ref) + n * cal.omega_inf / beta))
         ev["arithmetic_error"] = float(np.max(arith / np.maximum(1.0, np.abs(path))))
         ok = ok and ev["arithmetic_error"] < 1e-12
-        reason = "L_n = L_ref + n/beta exactly; no interior fixed point; p_n increases to 1"
+        reason = (r"$L_n = L_{\mathrm{ref}} + n/\beta$ exactly; no interior fixed point; "
+                  "$p_n$ increases to 1")
     else:
-        reason = ("no interior fixed point; every logit step is >= Omega_inf/beta > 0, so "
-                  "p_n increases to 1; p_ref = 0 stays at 0")
+        reason = (r"no interior fixed point; every logit step is "
+                  r"$\ge \Omega_\infty/\beta > 0$, so $p_n$ increases to 1; "
+                  r"$p_{\mathrm{ref}} = 0$ stays at 0")
     return ("pass" if ok else "fail"), reason, ev
 
 
@@ -336,8 +343,8 @@ def _check_two_kl(v: Table1Row, n_grid: int) -> tuple[str, str, dict[str, float]
         ev["fp_formula_error"] = float(np.nanmax(np.abs(roots[..., 0] - star)))
         ok = (same and n_fp.min() == n_fp.max() == 1 and ev["geometric_rate_error"] < 1e-9
               and ev["fp_formula_error"] < 1e-9 and bool(np.all(star > lr)))
-        reason = ("unique L* = L_ref + 1/(alpha beta) > L_ref; L_n - L* = (1-alpha)^n "
-                  "(L_0 - L*) exactly")
+        reason = (r"unique $L^\star = L_{\mathrm{ref}} + 1/(\alpha\beta) > L_{\mathrm{ref}}$; "
+                  r"$L_n - L^\star = (1-\alpha)^n (L_0 - L^\star)$ exactly")
         return ("pass" if ok else "fail"), reason, ev
     bound = max_lemma1_bound(cal)
     # corrected claim: contraction in log-odds iff beta > max B / alpha
@@ -354,10 +361,10 @@ def _check_two_kl(v: Table1Row, n_grid: int) -> tuple[str, str, dict[str, float]
     corrected_ok = sup_hi < 1 < sup_lo
     if fp_ok and claim_false and corrected_ok:
         return ("corrected",
-                "fixed points are those of the reference map at alpha*beta (Delta_R* = 0), "
-                "but the map is not a contraction in general: up to three fixed points, "
-                "slopes (1-alpha) + Omega'(L*)/beta above 1; it contracts in log-odds iff "
-                "beta > max B(p)/alpha", ev)
+                r"fixed points are those of the reference map at $\alpha\beta$ "
+                r"($\Delta_R^\star = 0$), but the map is not a contraction in general: up to "
+                r"three fixed points, slopes $(1-\alpha) + \Omega'(L^\star)/\beta$ above 1; it "
+                r"contracts in log-odds iff $\beta > \max_p B(p)/\alpha$", ev)
     ok = fp_ok and not claim_false
     return ("pass" if ok else "fail"), "fixed points and contraction on the grid", ev
 
