@@ -82,6 +82,21 @@ lab: $(STAMP)
 screenshots: $(STAMP) browser-deps
 	$(PY) benchmarks/screenshots.py
 
+## The whole book as one PDF (XeLaTeX, through Jupyter Book's pdflatex builder):
+## _build/pdf/book.pdf, from the executed notebooks that `make book` caches in _build.
+## The Debian packages of scripts/tex_packages.txt are installed with apt-get when missing and
+## that needs no prompt (scripts/install_tex.py); otherwise one line says what to install
+.PHONY: pdf student
+pdf: $(STAMP)
+	@$(PY) scripts/install_tex.py --install
+	$(PY) -m grpo_companion pdf
+	@pdfinfo _build/pdf/book.pdf | grep -E '^(Pages|File size):'
+
+## The student edition: each chapter as a notebook (.ipynb) with its exercises, without their
+## solutions, and a starter cell for each coding exercise: _build/student/
+student: $(STAMP)
+	$(PY) -m grpo_companion student
+
 bench: $(STAMP)
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 

@@ -1,6 +1,9 @@
-"""Command line: ``python -m grpo_companion {book,run-chapter,train,diagnose} ...``.
+"""Command line: ``python -m grpo_companion {book,pdf,student,run-chapter,train,diagnose} ...``.
 
 - ``book`` executes every chapter (cached) and renders the HTML book.
+- ``pdf`` renders the same executed book as one PDF (see :mod:`grpo_companion.book.pdf`).
+- ``student`` writes the chapters as notebooks without the exercises' solutions
+  (see :mod:`grpo_companion.book.student`).
 - ``run-chapter`` executes one chapter source with other parameters.
 - ``train`` runs a toy GRPO training (see :mod:`grpo_companion.rl.cli`).
 - ``diagnose`` says what the theory predicts for a TRL ``GRPOConfig`` on your prompts
@@ -43,6 +46,24 @@ def build_parser() -> argparse.ArgumentParser:
                       help="partial book for previewing: keep only the chapters whose file "
                            "name contains TEXT (plus the root and plain pages); repeatable")
     _add_parameter_option(book)
+
+    pdf = sub.add_parser("pdf", help="build the whole executed book as one PDF (XeLaTeX)")
+    pdf.add_argument("--quick", action="store_true",
+                     help="run every notebook with quick=True (small sizes, as CI does)")
+    pdf.add_argument("--out", type=Path, default=REPO_ROOT / "_build",
+                     help="build directory shared with `book` (its executed notebooks are "
+                          "reused); the PDF lands in OUT/pdf/book.pdf (default: _build)")
+    pdf.add_argument("--from-build", type=Path, default=None, metavar="DIR",
+                     help="take the staged, executed notebooks of the book built in DIR "
+                          "(e.g. _build) instead of executing the chapters")
+    pdf.add_argument("--cell-timeout", type=int, default=900,
+                     help="seconds one cell may run before the build fails (default: 900)")
+    _add_parameter_option(pdf)
+
+    student = sub.add_parser("student", help="write the chapters as notebooks with the "
+                                             "solutions removed and starter cells")
+    student.add_argument("--out", type=Path, default=REPO_ROOT / "_build" / "student",
+                         help="folder for the notebooks (default: _build/student)")
 
     run = sub.add_parser("run-chapter", help="execute one chapter source into a notebook")
     run.add_argument("source", type=Path, help="chapter source, e.g. chapters/05_dynamics.md")
@@ -122,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_train(args)
     if args.command == "diagnose":
         return run_diagnose(args)
+    if args.command == "student":
+        return run_student(args)
 
     from grpo_companion.book.pipeline import (
         BookBuildError,
@@ -139,6 +162,12 @@ def main(argv: list[str] | None = None) -> int:
             opts = BuildOptions(out=args.out.resolve(), quick=args.quick, parameters=params,
                                 cell_timeout=args.cell_timeout, select=tuple(args.select))
             build(opts)
+        elif args.command == "pdf":
+            from grpo_companion.book.pdf import build_pdf
+
+            opts = BuildOptions(out=args.out.resolve(), quick=args.quick, parameters=params,
+                                cell_timeout=args.cell_timeout)
+            build_pdf(opts, from_build=args.from_build)
         else:
             run_chapter(args.source, args.output, params, args.cell_timeout)
             print(f"executed {args.source} -> {args.output}")
@@ -155,6 +184,24 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    return 0
+
+
+def run_student(args: argparse.Namespace) -> int:
+    """``student``: write the student notebooks; 2 with a one-line error on bad input."""
+    from grpo_companion.book.student import write_student_edition
+
+    try:
+        written = write_student_edition(out=args.out)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"error: cannot write {err.filename or args.out}: {err.strerror}", file=sys.stderr)
+        return 2
+    for edition in written:
+        print(f"{edition.path}: {edition.exercises} exercises, {edition.starters} starter "
+              f"cells, {edition.solutions_removed} solutions removed")
     return 0
 
 
