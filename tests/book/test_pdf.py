@@ -26,7 +26,7 @@ from grpo_companion.book.pipeline import (
 )
 from grpo_companion.cli import build_parser
 
-#: the full book set in XeLaTeX is about 250 pages; a PDF that lost its chapters'
+#: the full book set in XeLaTeX is 226 pages (2026-12-04); a PDF that lost its chapters'
 #: content (outputs, figures) or whole chapters is far shorter
 MIN_PAGES = 150
 
