@@ -2,8 +2,8 @@
 solutions, and a starter cell for each coding exercise.
 
 The chapters write exercises and solutions with sphinx-exercise, either as one directive each
-(a ```` ```{exercise} ```` fence with a ``:label:``, and a ```` ```{solution} <label> ````
-fence, both inside a markdown cell; ``:::`` fences too) or gated (``{exercise-start}`` ...
+(a fenced ``{exercise}`` directive with a ``:label:``, and a fenced ``{solution} <label>``,
+both inside a markdown cell; backtick or ``:::`` fences) or gated (``{exercise-start}`` ...
 ``{exercise-end}``, ``{solution-start} <label>`` ... ``{solution-end}``, with code cells
 in between). :func:`student_notebook` removes every solution (for gated ones, the code cells
 between start and end too) and leaves every other cell as it was; a markdown cell is only
@@ -102,7 +102,8 @@ def directives(lines: list[str]) -> list[Directive]:
     """The exercise and solution directives of a markdown cell's lines, in order.
 
     A directive ends at the first line made only of its fence character, at least as many
-    times as it opened with (so a ```` ```` ```` directive may hold ```` ``` ```` code).
+    times as it opened with (so a directive opened with four backticks may hold a fenced
+    code block of three).
     Raises ``ValueError`` for a directive that is never closed.
     """
     found, i = [], 0

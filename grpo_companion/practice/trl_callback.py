@@ -109,7 +109,7 @@ from grpo_companion.practice.trl_bridge import (
     theory_settings,
 )
 
-__all__ = ["CSV_COLUMNS", "PoSProbeCallback"]
+__all__ = ["CSV_COLUMNS", "FIGURE_COLUMNS", "FIGURE_MIN_POINTS", "PoSProbeCallback", "prompt_label"]
 
 #: Columns of the CSV, in order.
 CSV_COLUMNS = ("step", "prompt", "measured_pos", "n", "predicted_pos", "theory_iteration",
