@@ -1,10 +1,10 @@
 """Executed chapters as notebooks any Jupyter renders: the book's download files.
 
-A chapter's Markdown cells are MyST: glued numbers (``{glue:text}`name:.3f```), theorem and
-exercise boxes (``{prf:theorem}``, ``{exercise}``), cross-references (``{numref}``, ``{ref}``,
-``{prf:ref}``) and citations (``{cite:t}``). Sphinx renders them on the book's pages; a plain
-notebook viewer shows them as literal markup. :func:`reader_notebook` rewrites each Markdown
-cell in CommonMark that Jupyter renders:
+A chapter's Markdown cells are MyST: glued numbers (the ``glue`` text role, with a
+format spec), theorem and exercise boxes (``{prf:theorem}``, ``{exercise}``),
+cross-references (``{numref}``, ``{ref}``, ``{prf:ref}``) and citations (``{cite:t}``).
+Sphinx renders them on the book's pages; a plain notebook viewer shows them as literal
+markup. :func:`reader_notebook` rewrites each Markdown cell in CommonMark that Jupyter renders:
 
 - a glued value becomes its text, formatted by myst-nb's own ``format_plain_text`` (so the
   number is the one on the page); ``{glue:md}`` pastes the glued Markdown;
