@@ -268,7 +268,7 @@ NOT_RESTATED: dict[str, str] = {
                  "grid') and recorded in the {doc}`claims ledger </chapters/claims_ledger>`",
     "Remark 1": "not restated in a box: what is lost with $\\varepsilon = 0$ is computed in "
                 "{doc}`/chapters/04_recurrence` and corrected in "
-                "{ref}`item 16 of the errata <errata-item-16>`",
+                "{ref}`the errata <errata-item-16>` (its item 16)",
     "Remark 2": "not restated in a box: the bound uniform over prompts is checked in "
                 "{doc}`/chapters/05_dynamics` (section 'Uniformly over prompts')",
     "Algorithm 1": "not restated in a box: it is the trainer's loop (sampled mode), described "
