@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                                              "solutions removed and starter cells")
     student.add_argument("--out", type=Path, default=REPO_ROOT / "_build" / "student",
                          help="folder for the notebooks (default: _build/student)")
+    student.add_argument("--overwrite", action="store_true",
+                         help="replace student notebooks that were edited since they were "
+                              "written (refused by default: a student's work is kept)")
 
     run = sub.add_parser("run-chapter", help="execute one chapter source into a notebook")
     run.add_argument("source", type=Path, help="chapter source, e.g. chapters/05_dynamics.md")
@@ -192,7 +195,7 @@ def run_student(args: argparse.Namespace) -> int:
     from grpo_companion.book.student import write_student_edition
 
     try:
-        written = write_student_edition(out=args.out)
+        written = write_student_edition(out=args.out, overwrite=args.overwrite)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

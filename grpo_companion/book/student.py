@@ -374,17 +374,45 @@ def chapter_notebooks(root: Path = REPO_ROOT) -> list[tuple[str, nbformat.Notebo
     return chapters
 
 
+def _same_cells(path: Path, nb: nbformat.NotebookNode) -> bool:
+    """Whether the notebook at ``path`` holds ``nb``'s cells (cell ids aside: jupytext gives
+    new random ones at every conversion)."""
+    try:
+        old = nbformat.reads(path.read_text(), as_version=4)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+
+    def cells(notebook):
+        return [(c.cell_type, c.source, c.get("metadata", {})) for c in notebook.cells]
+
+    return cells(old) == cells(nb)
+
+
 def write_student_edition(root: Path = REPO_ROOT,
-                          out: Path = REPO_ROOT / "_build" / "student") -> list[StudentNotebook]:
+                          out: Path = REPO_ROOT / "_build" / "student",
+                          overwrite: bool = False) -> list[StudentNotebook]:
     """Write ``<out>/<chapter>.ipynb`` for every chapter with exercises (atomically; other
-    files in ``out`` are left alone) and return what each holds."""
+    files in ``out`` are left alone) and return what each holds.
+
+    A student works in these notebooks, so one that already exists and differs from what
+    would be written is kept: ``ValueError`` names it, and nothing is written, unless
+    ``overwrite`` is true. An identical one is rewritten (nothing is lost)."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
+    editions = []
     for doc, nb in chapter_notebooks(root):
         student = student_notebook(nb)
-        path = out / f"{Path(doc).name}.ipynb"
-        atomic_write(path, nbformat.writes(student).encode())
+        editions.append((out / f"{Path(doc).name}.ipynb", nb, student,
+                         nbformat.writes(student).encode()))
+    changed = [path for path, _, student, _ in editions
+               if path.exists() and not _same_cells(path, student)]
+    if changed and not overwrite:
+        raise ValueError(f"{changed[0]} exists and differs from the student edition (edited?); "
+                         f"{len(changed)} such file(s) kept: move them, or pass overwrite "
+                         "(--overwrite) to replace them")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path, nb, student, data in editions:
+        atomic_write(path, data)
         written.append(StudentNotebook(path, count_directives(student, "exercise"),
                                        len(starter_cells(student)),
                                        count_directives(nb, "solution")))

@@ -215,3 +215,23 @@ def test_the_command_line(tmp_path, capsys) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(list((tmp_path / "student").glob("*.ipynb"))) >= 12
     assert all("solutions removed" in line for line in lines)
+
+
+def test_a_students_edited_notebook_is_kept(tmp_path, capsys) -> None:
+    """Rerunning is harmless, an edited notebook is refused (one line, exit 2) and kept, and
+    --overwrite replaces it. Without the check the edit was silently lost (shown once)."""
+    out = tmp_path / "student"
+    assert main(["student", "--out", str(out)]) == 0
+    assert main(["student", "--out", str(out)]) == 0  # unchanged: rewritten, nothing lost
+    edited = out / "06_finite_groups.ipynb"
+    nb = nbformat.read(edited, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("my_answer = 42"))
+    nbformat.write(nb, edited)
+    mine = edited.read_bytes()
+    capsys.readouterr()
+    assert main(["student", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "06_finite_groups.ipynb" in err[0] and "--overwrite" in err[0]
+    assert edited.read_bytes() == mine
+    assert main(["student", "--out", str(out), "--overwrite"]) == 0
+    assert "my_answer" not in edited.read_text()
