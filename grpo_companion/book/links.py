@@ -7,8 +7,9 @@ Three things live here, each small and tested:
   clone without a remote, a CI runner). :func:`resolve_repository` reads it at build time from
   ``GRPO_REPOSITORY_URL``, else from GitHub Actions' ``GITHUB_SERVER_URL`` and
   ``GITHUB_REPOSITORY``, else from ``git remote get-url origin``, and
-  :func:`with_repository` adds it to the configuration that Sphinx is generated from. When no
-  address is known the header simply has no repository button.
+  :func:`with_repository` adds it to the configuration that Sphinx is generated from, with a
+  Binder launch button on every chapter. When no address is known the header simply has
+  neither button.
 * **The paper's links in the page header.** ``_config.yml`` lists them once, as the theme's
   ``icon_links`` (shown under the book's title in the sidebar); :func:`setup` also puts them in a
   drop-down of the article header, which every page shows at every width.
@@ -37,6 +38,11 @@ from pybtex.style.labels import BaseLabelStyle
 ARXIV_URL = "https://arxiv.org/abs/2503.06639"
 PMLR_URL = "https://proceedings.mlr.press/v306/mroueh26a.html"
 REPOSITORY_ENV = "GRPO_REPOSITORY_URL"
+BRANCH_ENV = "GRPO_REPOSITORY_BRANCH"
+#: Where launch buttons start a chapter: mybinder.org builds ``binder/`` (CPU torch, the
+#: book's pins, the package installed from the checkout). Colab is not offered: it opens only
+#: ``.ipynb`` files from the repository, and the chapters are MyST Markdown.
+BINDER_URL = "https://mybinder.org"
 #: Hosts whose repositories sphinx-book-theme can show (it infers the button's icon from them).
 REPOSITORY_PROVIDERS = ("github", "gitlab", "bitbucket")
 #: The name under which pybtex knows :class:`AuthorYearStyle` (``bibtex_default_style``).
@@ -145,26 +151,47 @@ def resolve_repository(environ: Mapping[str, str] | None = None, root: Path | No
         return RepositoryLink(None, f"{err}; set {REPOSITORY_ENV} to link one")
 
 
-def with_repository(config: Mapping, url: str | None) -> dict:
+def repository_branch(environ: Mapping[str, str] | None = None) -> str:
+    """The branch that launch buttons open: ``GRPO_REPOSITORY_BRANCH``, else ``main``.
+
+    The published book is built from ``main`` (``.github/workflows/book.yml``); a fork that
+    publishes another branch sets the variable.
+    """
+    environ = os.environ if environ is None else environ
+    branch = environ.get(BRANCH_ENV, "").strip() or "main"
+    if not re.fullmatch(r"[A-Za-z0-9._/-]+", branch) or ".." in branch:
+        raise ValueError(f"{BRANCH_ENV} must be a git branch name, got {branch!r}")
+    return branch
+
+
+def with_repository(config: Mapping, url: str | None, branch: str = "main") -> dict:
     """A copy of a parsed ``_config.yml`` whose header links the repository at ``url``.
 
+    With an address the header gets the repository button and, on every chapter, a Binder
+    launch button (:data:`BINDER_URL`) that opens the chapter's MyST source from ``branch``
+    in JupyterLab, where jupytext and jupyterlab-myst (``binder/``) show it as a notebook.
     ``sphinx.config.html_theme_options``, when the book sets it, replaces the theme options
-    that Jupyter Book derives from the ``repository:`` and ``html:`` sections, so the address
-    goes there; otherwise it goes into those sections. ``url`` None returns an unchanged copy.
+    that Jupyter Book derives from the ``repository:``, ``html:`` and ``launch_buttons:``
+    sections, so the settings go there; otherwise into those sections. ``url`` None returns
+    an unchanged copy (sphinx-book-theme cannot draw launch buttons without an address).
     """
     out = {key: (dict(value) if isinstance(value, dict) else value)
            for key, value in config.items()}
     if not url:
         return out
+    launch = {"binderhub_url": BINDER_URL, "notebook_interface": "jupyterlab"}
     sphinx_config = dict((out.get("sphinx") or {}).get("config") or {})
     if isinstance(sphinx_config.get("html_theme_options"), dict):
         sphinx_config["html_theme_options"] = {**sphinx_config["html_theme_options"],
                                                "repository_url": url,
-                                               "use_repository_button": True}
+                                               "repository_branch": branch,
+                                               "use_repository_button": True,
+                                               "launch_buttons": launch}
         out["sphinx"] = {**out.get("sphinx", {}), "config": sphinx_config}
     else:
-        out["repository"] = {**out.get("repository", {}), "url": url}
+        out["repository"] = {**out.get("repository", {}), "url": url, "branch": branch}
         out["html"] = {**out.get("html", {}), "use_repository_button": True}
+        out["launch_buttons"] = {**out.get("launch_buttons", {}), **launch}
     return out
 
 

@@ -50,6 +50,7 @@ import yaml
 
 from grpo_companion.book.export import export_reader_notebooks
 from grpo_companion.book.kernel import kernel_digest, kernel_session
+from grpo_companion.book.parameters import check_value
 from grpo_companion.files import write_atomically
 from grpo_companion.plotting import TEXT_RECORD_KEY
 
@@ -254,20 +255,25 @@ def check_parameter(name: str, value: object, default: object, where: str) -> ob
     """``value`` for parameter ``name`` if it has the type of ``default``.
 
     A float parameter accepts an integer (converted); a parameter whose default
-    is ``None`` or not a literal accepts anything. Raises :class:`UsageError`.
+    is ``None`` or not a literal accepts any type. The value must then pass the
+    parameter's rule in :mod:`grpo_companion.book.parameters` (its range).
+    Raises :class:`UsageError`.
     """
     if default is None:
-        return value
-    if isinstance(default, bool) or isinstance(value, bool):
+        ok = True
+    elif isinstance(default, bool) or isinstance(value, bool):
         ok = isinstance(default, bool) and isinstance(value, bool)
     elif isinstance(default, float) and isinstance(value, int):
-        return float(value)
+        ok, value = True, float(value)
     else:
         ok = isinstance(value, type(default))
     if not ok:
         raise UsageError(f"parameter {name} of {where} must be {_type_name(default)} like its "
                          f"default {default!r}, got {value!r}")
-    return value
+    try:
+        return check_value(name, value)
+    except ValueError as err:
+        raise UsageError(f"parameter {name} of {where}: {err}") from None
 
 
 def notebook_parameters_for(nb: nbformat.NotebookNode, parameters: Mapping[str, object],
@@ -993,9 +999,9 @@ def _bin(name: str) -> str:
 def write_sphinx_config(stage: Path, log=print, root: Path = REPO_ROOT) -> None:
     """Generate ``conf.py`` from ``_config.yml``/``_toc.yml`` (jupyter-book's own translation).
 
-    The repository button of the page header is added here, at build time, from the address
-    :func:`grpo_companion.book.links.resolve_repository` finds for ``root`` (it is left out,
-    and the log says so in one line, when none is known)."""
+    The repository and launch buttons of the page header are added here, at build time, from
+    the address :func:`grpo_companion.book.links.resolve_repository` finds for ``root`` (both
+    are left out, and the log says so in one line, when none is known)."""
     from grpo_companion.book import links
 
     tmp = stage / ".confgen"
@@ -1005,8 +1011,12 @@ def write_sphinx_config(stage: Path, log=print, root: Path = REPO_ROOT) -> None:
     shutil.copy2(stage / "_toc.yml", tmp / "_toc.yml")
     repository = links.resolve_repository(root=root)
     log(f"   {repository.describe()}")
+    try:
+        branch = links.repository_branch()
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     config = links.with_repository(yaml.safe_load((stage / "_config.yml").read_text()),
-                                   repository.url)
+                                   repository.url, branch)
     (tmp / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     subprocess.run([_bin("jupyter-book"), "config", "sphinx", str(tmp)], check=True,
                    stdout=subprocess.DEVNULL)

@@ -94,6 +94,36 @@ def test_run_chapter_checks_parameter_names_and_types(tmp_path, capsys, name, va
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("beta", "-1", "parameter beta of "),
+    ("beta", "-1", "beta must be > 0 and finite, got -1.0"),
+    ("beta", ".nan", "beta must be a number, got nan"),
+    ("p_ref", "1", "p_ref must be in (0, 1), got 1.0"),
+    ("n_seeds", "0", "n_seeds must be an integer >= 1, or None for the chapter's default"),
+    ("betas", "[0.1, -3]", "betas[1] must be > 0 and finite, got -3"),
+])
+def test_run_chapter_checks_the_range_of_a_scientific_parameter(tmp_path, capsys, name, value,
+                                                                message) -> None:
+    """The rules of grpo_companion.book.parameters refuse a value before any cell runs."""
+    src = tmp_path / "ch.md"
+    src.write_text(_chapter("```{code-cell} ipython3\nprint(beta)\n```\n").replace(
+        "quick = False", "quick = False\nbeta = 1.0\np_ref = 0.3\nn_seeds = None\n"
+                         "betas = [0.1, 1.0]"))
+    out = tmp_path / "out.ipynb"
+    assert cli.main(["run-chapter", str(src), str(out), "-p", name, value]) == 2
+    assert message in _one_line_error(capsys)
+    assert not out.exists()
+
+
+def test_a_size_parameter_takes_an_integer(tmp_path) -> None:
+    src = tmp_path / "ch.md"
+    src.write_text(_chapter("```{code-cell} ipython3\nprint('seeds', n_seeds or 5)\n```\n")
+                   .replace("quick = False", "quick = False\nn_seeds = None"))
+    out = tmp_path / "out.ipynb"
+    assert cli.main(["run-chapter", str(src), str(out), "-p", "n_seeds", "3"]) == 0
+    assert "seeds 3" in out.read_text()
+
+
 def test_an_integer_is_accepted_for_a_float_parameter(tmp_path) -> None:
     src = tmp_path / "ch.md"
     src.write_text(_chapter("```{code-cell} ipython3\nprint(type(beta).__name__)\n```\n")

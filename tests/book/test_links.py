@@ -81,6 +81,35 @@ def test_the_repository_button_is_there_only_with_an_address(html_dir, toc_pages
         assert buttons == []
 
 
+def test_every_chapter_has_a_binder_launch_button_with_an_address(html_dir, toc_pages):
+    """With a repository address, every executed chapter's header opens its MyST source on
+    Binder in JupyterLab (binder/ sets up the environment); without one, no page has a
+    launch link (sphinx-book-theme needs the address to build it)."""
+    repository = _repository(html_dir)
+    options = _theme_options(html_dir)
+    chapters = [name for name in toc_pages if name.startswith("chapters/")]
+    assert len(chapters) >= 12
+    found = {}
+    for name in chapters:
+        page = _soup(html_dir / name)
+        found[name] = [a["href"] for a in page.select(".bd-header-article a[href]")
+                       if a["href"].startswith("https://mybinder.org/")]
+    if not repository:
+        assert not any(found.values()), f"launch links without an address: {found}"
+        return
+    host, owner_repo = repository.split("://", 1)[1].split("/", 1)
+    branch = options.get("repository_branch", "main")
+    # mybinder.org's address of a GitHub repository; any other host goes by its full URL
+    start = (f"https://mybinder.org/v2/gh/{owner_repo}/{branch}" if host == "github.com"
+             else "https://mybinder.org/v2/git/")
+    wrong = {}
+    for name, hrefs in found.items():
+        wanted = f"?urlpath=lab/tree/{name.removesuffix('.html')}.md"
+        if len(hrefs) != 1 or not (hrefs[0].startswith(start) and hrefs[0].endswith(wanted)):
+            wrong[name] = hrefs
+    assert not wrong, f"chapters whose Binder link is missing or wrong: {wrong}"
+
+
 def test_bibliography_labels_are_author_year_and_every_entry_links_out(html_dir):
     page = _soup(html_dir / "bibliography.html")
     entries = page.select("div.citation")

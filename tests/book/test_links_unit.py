@@ -120,20 +120,31 @@ def test_origin_url_reads_git(tmp_path):
 def test_with_repository_sets_the_theme_options_or_the_jupyter_book_sections():
     config = {"title": "t", "sphinx": {"config": {"html_theme_options": {"icon_links": []}}}}
     out = links.with_repository(config, "https://github.com/a/book")
+    launch = {"binderhub_url": "https://mybinder.org", "notebook_interface": "jupyterlab"}
     assert out["sphinx"]["config"]["html_theme_options"] == {
         "icon_links": [], "repository_url": "https://github.com/a/book",
-        "use_repository_button": True}
+        "repository_branch": "main", "use_repository_button": True, "launch_buttons": launch}
     assert "repository_url" not in config["sphinx"]["config"]["html_theme_options"]
     plain = links.with_repository({"html": {"use_download_button": True}},
-                                  "https://github.com/a/book")
-    assert plain["repository"] == {"url": "https://github.com/a/book"}
+                                  "https://github.com/a/book", "dev")
+    assert plain["repository"] == {"url": "https://github.com/a/book", "branch": "dev"}
     assert plain["html"] == {"use_download_button": True, "use_repository_button": True}
+    assert plain["launch_buttons"] == launch
     assert links.with_repository(config, None) == config
+
+
+def test_repository_branch_defaults_to_main_and_refuses_a_bad_name():
+    assert links.repository_branch({}) == "main"
+    assert links.repository_branch({"GRPO_REPOSITORY_BRANCH": " gh-pages "}) == "gh-pages"
+    for bad in ("a b", "../x", "x;rm"):
+        with pytest.raises(ValueError, match="GRPO_REPOSITORY_BRANCH must be a git branch"):
+            links.repository_branch({"GRPO_REPOSITORY_BRANCH": bad})
 
 
 @pytest.mark.parametrize("url", [None, "https://github.com/a/book"])
 def test_write_sphinx_config_adds_the_button_only_with_an_address(tmp_path, monkeypatch, url):
-    for name in ("GRPO_REPOSITORY_URL", "GITHUB_REPOSITORY", "GITHUB_SERVER_URL"):
+    for name in ("GRPO_REPOSITORY_URL", "GITHUB_REPOSITORY", "GITHUB_SERVER_URL",
+                 "GRPO_REPOSITORY_BRANCH"):
         monkeypatch.delenv(name, raising=False)
     if url:
         monkeypatch.setenv("GRPO_REPOSITORY_URL", url)
@@ -145,9 +156,12 @@ def test_write_sphinx_config_adds_the_button_only_with_an_address(tmp_path, monk
     assert len(lines) == 1
     if url:
         assert options["repository_url"] == url and options["use_repository_button"] is True
+        assert options["launch_buttons"]["binderhub_url"] == "https://mybinder.org"
+        assert options["repository_branch"] == "main"
         assert "repository button: https://github.com/a/book" in lines[0]
     else:
         assert "repository_url" not in options and not options.get("use_repository_button")
+        assert "launch_buttons" not in options
         assert lines[0].strip().startswith("no repository button")
     # the paper's links are there either way
     assert {link["url"] for link in options["icon_links"]} == {links.ARXIV_URL, links.PMLR_URL}
