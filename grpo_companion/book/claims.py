@@ -57,77 +57,82 @@ FAILED = "failed"
 NOT_CHECKED = "not checked"
 KINDS = ("holds", "corrected", "extended", "vacuous", "not_reproducible")
 
-#: Every claim of the paper that the book tracks: identifier -> short description.
+#: Every claim of the paper that the book tracks: identifier -> short description, as MyST
+#: (inline math between dollars, code in backticks; one line, no table pipe).
 CLAIMS: dict[str, str] = {
-    "eq3": "Eq. (3): whitening a 0/1 reward gives +sqrt((1-p)/p) and -sqrt(p/(1-p))",
-    "eq4": "Eq. (4): smoothed weights w+ = (1-p)/sqrt(p(1-p)+eps), w- = p/sqrt(p(1-p)+eps)",
+    "eq3": r"Eq. (3): whitening a 0/1 reward gives $+\sqrt{(1-p)/p}$ and $-\sqrt{p/(1-p)}$",
+    "eq4": r"Eq. (4): smoothed weights $w^+ = (1-p)/\sqrt{p(1-p)+\varepsilon}$, "
+           r"$w^- = p/\sqrt{p(1-p)+\varepsilon}$",
     "eq5": "Eq. (5) and Sec. 2.2: GRPO's objective is a weighted contrastive loss "
            "(with and without clipping)",
     "thm1": "Theorem 1: closed-form optimal policy with KL to the reference",
-    "thm2": "Theorem 2: the success probability follows p_n = h(p_{n-1})",
-    "prop1": "Proposition 1: properties of h (existence, monotonicity, logit form)",
-    "remark1": "Remark 1: with eps = 0, h loses continuity at 0 and 1 and fixed points "
-               "are no longer guaranteed",
-    "thm3": "Theorem 3: every fixed point exceeds p_ref (success amplification)",
-    "sec31": "Sec. 3.1: for p_ref in {0, 1} the fixed point is 0 or 1 and its stability "
-             "needs a condition on beta",
+    "thm2": r"Theorem 2: the success probability follows $p_n = h(p_{n-1})$",
+    "prop1": "Proposition 1: properties of $h$ (existence, monotonicity, logit form)",
+    "remark1": r"Remark 1: with $\varepsilon = 0$, $h$ loses continuity at 0 and 1 and fixed "
+               "points are no longer guaranteed",
+    "thm3": r"Theorem 3: every fixed point exceeds $p_{\mathrm{ref}}$ (success amplification)",
+    "sec31": r"Sec. 3.1: for $p_{\mathrm{ref}} \in \{0, 1\}$ the fixed point is 0 or 1 and its "
+             r"stability needs a condition on $\beta$",
     "thm4": "Theorem 4: mirror GRPO's optimal policy and logit recurrence",
     "thm5": "Theorem 5: mirror iterates increase monotonically to 1; 0 is absorbing",
-    "thm6": "Theorem 6: local convergence when |h'(p*)| < 1",
-    "lemma1": "Lemma 1: h'(p*) at a fixed point and the bound beta > B(p*)",
-    "remark2": "Remark 2: bounds uniform over prompts q take the sup over q of the "
+    "thm6": r"Theorem 6: local convergence when $\lvert h'(p^*)\rvert < 1$",
+    "lemma1": r"Lemma 1: $h'(p^*)$ at a fixed point and the bound $\beta > B(p^*)$",
+    "remark2": "Remark 2: bounds uniform over prompts $q$ take the supremum over $q$ of the "
                "per-prompt bounds",
-    "appC2": "App. C.2, practical implications: staged GRPO that resets pi_ref to the last "
-             "iterate amplifies success w.r.t. each new pi_ref",
-    "thm7": "Theorem 7: one-dimensional local contraction lemma (|f'(x*)| < 1 gives a "
-            "contracting interval around x*)",
+    "appC2": r"App. C.2, practical implications: staged GRPO that resets $\pi_{\mathrm{ref}}$ "
+             "to the last iterate amplifies success with respect to each new reference",
+    "thm7": r"Theorem 7: one-dimensional local contraction lemma ($\lvert f'(x^*)\rvert < 1$ "
+            "gives a contracting interval around $x^*$)",
     "thm8": "Theorem 8: optimal policy for a general anchor",
     "lemma2": "Lemma 2: two KL penalties equal one KL to the geometric mean",
-    "lemma3": "Lemma 3: success probability of the geometric-mean anchor (Renyi terms)",
-    "thm9": "Theorem 9: two-KL recurrence with the Renyi correction",
-    "thm9_amplification": "App. E, after Theorem 9: D_S <= D_F at every step implies "
-                          "L_n >= L_ref (amplification with two KL penalties)",
-    "thm10": "Theorem 10: parametric policies stay within 2 delta* of the fixed point",
+    "lemma3": "Lemma 3: success probability of the geometric-mean anchor (Rényi terms)",
+    "thm9": "Theorem 9: two-KL recurrence with the Rényi correction",
+    "thm9_amplification": r"App. E, after Theorem 9: $D_S \le D_F$ at every step implies "
+                          r"$L_n \ge L_{\mathrm{ref}}$ (amplification with two KL penalties)",
+    "thm10": r"Theorem 10: parametric policies stay within $2\delta^*$ of the fixed point",
     "sec5": "Sec. 5: Dr. GRPO reaches its fixed point in one step; mirror Dr. GRPO's logits "
-            "grow by 1/beta per step",
+            r"grow by $1/\beta$ per step",
     "sec5_beta_eff": "Sec. 5 and the practical takeaways: mean+variance normalisation is "
-                     "mean-only normalisation with an adaptive beta_eff",
+                     r"mean-only normalisation with an adaptive $\beta_{\mathrm{eff}}$",
     "table1_grpo": "Table 1, no-clip GRPO (mean+var) row",
     "table1_drgrpo": "Table 1, no-clip Dr. GRPO (mean-only) row",
     "table1_mirror": "Table 1, mirror GRPO (mean+var) row",
     "table1_mirror_drgrpo": "Table 1, mirror Dr. GRPO (mean-only) row",
     "table1_twokl": "Table 1, two-KL (mean+var) row",
     "table1_twokl_drgrpo": "Table 1, two-KL (mean-only) row",
-    "fig1": "Figure 1: the two whitening weights against p",
-    "fig2": "Figure 2: curves of h for several beta and p_ref (eps = 1e-5)",
+    "fig1": "Figure 1: the two whitening weights against $p$",
+    "fig2": r"Figure 2: curves of $h$ for several $\beta$ and $p_{\mathrm{ref}}$ "
+            r"($\varepsilon = 10^{-5}$)",
     "fig3": "Figure 3: per-prompt success trajectories along GRPO training",
-    "fig4": "Figure 4: the lower bound B(p*) on beta for local convergence",
-    "fig5": "Figure 5: iterations of h for a grid of beta and p_ref",
-    "appA": "Appendix A: mean success amplified by GRPO training (21% -> 37.5% on GSM8K)",
+    "fig4": r"Figure 4: the lower bound $B(p^*)$ on $\beta$ for local convergence",
+    "fig5": r"Figure 5: iterations of $h$ for a grid of $\beta$ and $p_{\mathrm{ref}}$",
+    "appA": "Appendix A: mean success amplified by GRPO training (21% to 37.5% on GSM8K)",
     "toy_fig3": "The book's toy analog of Figure 3 (not a claim of the paper): in a 2-layer "
-                "transformer trained with plain k3, each prompt's exact success follows the "
-                "relaxed k3 recurrence from its own p_ref better than prompt-blind baselines",
+                "transformer trained with plain $k_3$, each prompt's exact success follows the "
+                r"relaxed $k_3$ recurrence from its own $p_{\mathrm{ref}}$ better than "
+                "prompt-blind baselines",
     "toy_fig3_zero": "The book's toy analog of Figure 3's prompts that the reference never solves "
-                     "(not a claim of the paper): such a prompt stays at p_ref until one of its "
-                     "groups of G samples holds a success, as the finite-group weights say",
+                     r"(not a claim of the paper): such a prompt stays at $p_{\mathrm{ref}}$ "
+                     "until one of its groups of $G$ samples holds a success, as the "
+                     "finite-group weights say",
     "logs_loss": "The book's answer to 'the loss is 0' (not a claim of the paper): at ratio 1 "
-                 "TRL's loss is -sum A_i l_i / sum l_i + beta KL, so its value says nothing "
-                 "of the gradient",
-    "logs_zero_std": "The book's prediction of frac_reward_zero_std (not a claim of the "
-                     "paper): the mean of p^G + (1-p)^G over the prompts' current PoS",
+                 r"TRL's loss is $-\sum_i A_i \ell_i / \sum_i \ell_i + \beta\,\mathrm{KL}$, so "
+                 "its value says nothing of the gradient",
+    "logs_zero_std": "The book's prediction of `frac_reward_zero_std` (not a claim of the "
+                     "paper): the mean of $p^G + (1-p)^G$ over the prompts' current PoS",
     "logs_kl_uniform": "The book's answer to 'uniform groups still get a KL gradient' (not a "
                        "claim of the paper): it is the anchor of eq. 6; removing it moves "
                        "the fixed points",
-    "logs_clip": "The book's answer to 'clip_ratio is always 0' (not a claim of the paper): "
-                 "with num_iterations = 1 every ratio is 1 when the loss is evaluated",
-    "logs_beta0": "The book's beta = 0 rate (not a claim of the paper): every prompt with "
-                  "p_ref > 0 goes to PoS 1, and 1 - p falls like 1/(eta c t) under gradient "
-                  "flow",
-    "logs_scale": "The book's comparison of scale_rewards 'group' and 'none' (not a claim of "
+    "logs_clip": "The book's answer to '`clip_ratio` is always 0' (not a claim of the paper): "
+                 "with `num_iterations = 1` every ratio is 1 when the loss is evaluated",
+    "logs_beta0": r"The book's $\beta = 0$ rate (not a claim of the paper): every prompt with "
+                  r"$p_{\mathrm{ref}} > 0$ goes to PoS 1, and $1 - p$ falls like "
+                  r"$1/(\eta c t)$ under gradient flow",
+    "logs_scale": "The book's comparison of `scale_rewards` 'group' and 'none' (not a claim of "
                   "the paper): which reference PoS gains most at the fixed point",
     "logs_entropy": "The book's answer on entropy among correct outputs (not a claim of the "
                     "paper): sampled GRPO drifts the ratios of verified outputs, the KL "
-                    "anchor restores them, beta = 0 does not",
+                    r"anchor restores them, $\beta = 0$ does not",
 }
 
 
@@ -322,6 +327,20 @@ _MARKUP = re.compile(r"([\\`*_\[\]<>|$#{}~&!])")
 _CHAPTER = re.compile(r"Chapter (\d+)\b")
 
 
+def statement_myst(text: str) -> str:
+    """A claim's description (MyST with inline math) checked to fit one table cell.
+
+    Raises ``ValueError`` for a pipe, which would split the cell (write ``\\lvert``), and for
+    an odd number of dollar signs, which would leave math open.
+    """
+    text = re.sub(r"\s+", " ", str(text)).strip()
+    if "|" in text:
+        raise ValueError(f"a claim's statement has a table pipe: {text!r}")
+    if text.count("$") % 2:
+        raise ValueError(f"a claim's statement leaves inline math open: {text!r}")
+    return text
+
+
 def myst_escape(text: str) -> str:
     """``text`` as literal MyST inline text (markup characters backslash-escaped, one line)."""
     return _MARKUP.sub(r"\\\1", re.sub(r"\s+", " ", str(text)))
@@ -399,7 +418,7 @@ def ledger_markdown(rows: Iterable[Mapping[str, str]], titles: Mapping[str, str]
     for r in rows:
         status = (f"<span class=\"ledger-status\" style=\"color:{colours[r['primary']]};"
                   f"font-weight:600\">{html.escape(r['status'])}</span>")
-        lines.append(f"| `{r['claim']}` | {myst_escape(r['description'])} | {status} | "
+        lines.append(f"| `{r['claim']}` | {statement_myst(r['description'])} | {status} | "
                      f"{where_links(r['where'], titles)} | {errata_links(r['evidence'])} |")
     lines.append("```")
     return "\n".join(lines) + "\n"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from grpo_companion.book import claims
@@ -150,3 +152,36 @@ def test_the_books_own_results_are_kept_apart() -> None:
     assert len([c for c in own if c.startswith("logs_")]) == 7  # chapter 12's seven answers
     assert all(rows[c]["origin"] == "paper" for c in ("thm1", "thm2", "appA"))
     assert all("not a claim of the paper" in claims.CLAIMS[c] for c in own)
+
+
+#: ASCII stand-ins for math that a ledger statement must write as math instead
+ASCII_MATH = re.compile(r"sqrt|_\{|\^|\bbeta\b|\beps\b|\bp_ref\b|\bpi_ref\b|\bdelta\b|->|"
+                        r"\bRenyi\b|\bk3\b")
+
+
+def _outside_math_and_code(text: str) -> str:
+    return re.sub(r"\$[^$]*\$|`[^`]*`", " ", text)
+
+
+def ascii_math_in_statements(statements: dict[str, str]) -> dict[str, list[str]]:
+    """Per claim, the ASCII math left outside ``$...$`` and code spans."""
+    found = {claim: ASCII_MATH.findall(_outside_math_and_code(text))
+             for claim, text in statements.items()}
+    return {claim: hits for claim, hits in found.items() if hits}
+
+
+def test_ledger_statements_write_their_math_as_math():
+    assert ascii_math_in_statements(claims.CLAIMS) == {}
+    for text in claims.CLAIMS.values():
+        assert claims.statement_myst(text) == text
+    # the check has power: the statements as they were before (a5b43d4) fail it
+    old = {"eq3": "Eq. (3): whitening a 0/1 reward gives +sqrt((1-p)/p) and -sqrt(p/(1-p))",
+           "thm3": "Theorem 3: every fixed point exceeds p_ref (success amplification)"}
+    assert set(ascii_math_in_statements(old)) == {"eq3", "thm3"}
+
+
+@pytest.mark.parametrize("bad, message", [("$|x|$ < 1", "table pipe"),
+                                          ("a $x < 1", "inline math open")])
+def test_a_statement_that_would_break_the_table_is_refused(bad, message):
+    with pytest.raises(ValueError, match=message):
+        claims.statement_myst(bad)
