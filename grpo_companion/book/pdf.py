@@ -14,7 +14,9 @@ build puts a stand-in ``bbm.sty`` beside the LaTeX (:data:`BBM_STANDIN`, ``\math
 
 - sets every table as a ``longtable`` with wrapping columns whose widths follow their
   content (:func:`column_widths`), so that a long table breaks across pages and a wide one
-  wraps instead of running off the page.
+  wraps instead of running off the page;
+- leaves out the input of the cells that the HTML folds (:func:`_drop_folded_inputs`);
+- numbers the errata's items once (:func:`_unnumber_self_numbered_sections`).
 
 The LaTeX toolchain is not a Python package: ``scripts/tex_packages.txt`` lists the Debian
 packages it needs and ``scripts/install_tex.py`` installs them.
@@ -174,6 +176,58 @@ def _flow_tables(app, doctree, docname) -> None:
                              if c not in table["classes"]]
 
 
+def _drop_folded_inputs(app, doctree, docname) -> None:
+    """``doctree-resolved`` for LaTeX: a page cannot be unfolded on paper, so a code cell whose
+    input the HTML folds (``hide-input``: the checks, the bookkeeping, the parameters cell)
+    keeps only its output, and a folded cell (``hide-cell``) is left out. A cell with nothing
+    left is removed."""
+    from docutils import nodes
+    from sphinx.builders.latex import LaTeXBuilder
+
+    if not isinstance(app.builder, LaTeXBuilder):
+        return
+    for cell in list(doctree.findall(nodes.container)):
+        mode = cell.get("hide_mode")
+        if cell.get("nb_element") != "cell_code" or mode is None or cell.parent is None:
+            continue
+        if mode in ("input", "input+output"):
+            for child in list(cell.children):
+                if isinstance(child, nodes.Element) and \
+                        child.get("nb_element") == "cell_code_source":
+                    cell.remove(child)
+        if mode == "all" or not any(isinstance(c, nodes.Element) for c in cell.children):
+            cell.parent.remove(cell)
+
+
+#: a heading numbered in its own text ("3. Theorem 8 drops ...", the errata's items), which
+#: LaTeX would number a second time ("17.3 3. Theorem 8 ...")
+SELF_NUMBERED = re.compile(r"^(\d+)\.\s+")
+
+
+def _unnumber_self_numbered_sections(app, doctree, docname) -> None:
+    """``doctree-resolved`` for LaTeX: a page whose top sections all carry their own number
+    1, 2, 3... in order (the errata) loses that prefix, so the PDF's section number (the
+    chapter's, then the same 1, 2, 3...) is the only one. Pages with any other numbering are
+    left as they are."""
+    from docutils import nodes
+    from sphinx.builders.latex import LaTeXBuilder
+
+    if not isinstance(app.builder, LaTeXBuilder):
+        return
+    for top in doctree.findall(nodes.section):
+        sections = [s for s in top.children if isinstance(s, nodes.section)]
+        numbered = [s for s in sections if SELF_NUMBERED.match(s[0].astext())]
+        if len(numbered) < 2 or numbered != sections[:len(numbered)] or [
+                int(SELF_NUMBERED.match(s[0].astext())[1]) for s in numbered
+        ] != list(range(1, len(numbered) + 1)):
+            continue
+        for section in numbered:
+            title = section[0]
+            first = next(title.findall(nodes.Text), None)
+            if first is not None and SELF_NUMBERED.match(str(first)):
+                first.parent.replace(first, nodes.Text(SELF_NUMBERED.sub("", str(first), 1)))
+
+
 #: the math of a heading (Sphinx writes ``\protect\(...\protect\)``) goes into the PDF outline
 #: as its TeX source: expanding it there under ``unicode-math`` stops XeLaTeX at the first
 #: Greek letter ("Improper alphabetic constant", ``\mitbeta``), as in the errata's headings
@@ -193,6 +247,8 @@ def setup(app) -> dict:
     """Sphinx extension for the PDF build (added by :func:`pdf_config`)."""
     app.connect("config-inited", _plain_bookmarks, priority=900)
     app.connect("doctree-resolved", _flow_tables)
+    app.connect("doctree-resolved", _drop_folded_inputs)
+    app.connect("doctree-resolved", _unnumber_self_numbered_sections)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 

@@ -192,3 +192,69 @@ def test_tables_become_longtables_with_content_widths() -> None:
     html = publish_doctree("+---+\n| a |\n+---+\n")
     pdf._flow_tables(SimpleNamespace(builder=object()), html, "page")  # not LaTeX: untouched
     assert "longtable" not in next(html.findall(nodes.table))["classes"]
+
+
+def _latex():
+    from types import SimpleNamespace
+
+    from sphinx.builders.latex import LaTeXBuilder
+
+    return SimpleNamespace(builder=object.__new__(LaTeXBuilder))
+
+
+def _cell(mode, output=True):
+    from docutils import nodes
+
+    cell = nodes.container(nb_element="cell_code", classes=["cell"])
+    if mode:
+        cell["hide_mode"] = mode
+    cell += nodes.container("", nodes.literal_block("x = 1", "x = 1"),
+                            nb_element="cell_code_source")
+    if output:
+        cell += nodes.container("", nodes.paragraph("", "out"), nb_element="cell_code_output")
+    return cell
+
+
+def test_folded_inputs_are_left_out_of_the_pdf() -> None:
+    from docutils import nodes
+
+    def build():
+        page = nodes.section()
+        page += [_cell(None), _cell("input"), _cell("input", output=False), _cell("all")]
+        return page
+
+    page = build()
+    pdf._drop_folded_inputs(_latex(), page, "page")
+    cells = [c for c in page.children if isinstance(c, nodes.container)]
+    assert [[child["nb_element"] for child in c.children] for c in cells] == [
+        ["cell_code_source", "cell_code_output"], ["cell_code_output"]]
+    html = build()  # not LaTeX: untouched
+    from types import SimpleNamespace
+    pdf._drop_folded_inputs(SimpleNamespace(builder=object()), html, "page")
+    assert len(html.children) == 4
+
+
+def _page(titles):
+    from docutils import nodes
+
+    page = nodes.section()
+    page += nodes.title("", "Errata")
+    for title in titles:
+        section = nodes.section()
+        section += nodes.title("", title)
+        page += section
+    return page
+
+
+def test_self_numbered_sections_lose_their_number_only_when_they_count_1_2_3() -> None:
+    from docutils import nodes
+
+    def titles(page):
+        return [s[0].astext() for s in page.children if isinstance(s, nodes.section)]
+
+    errata = _page(["1. A slip", "2. Another", "3. Third", "Summary"])
+    pdf._unnumber_self_numbered_sections(_latex(), errata, "chapters/errata")
+    assert titles(errata) == ["A slip", "Another", "Third", "Summary"]
+    other = _page(["2. Starts at two", "3. Then three"])
+    pdf._unnumber_self_numbered_sections(_latex(), other, "page")
+    assert titles(other) == ["2. Starts at two", "3. Then three"]
