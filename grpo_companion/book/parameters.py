@@ -49,8 +49,10 @@ def _p_ref(name: str, value: object) -> object:
     return value
 
 
-def _unit(name: str, value: object) -> object:
-    v.check_real(name, value, 0.0, 1.0, scalar=True)
+def _mix(name: str, value: object) -> object:
+    """The two-KL mix: at 0 or 1 one of the two penalties vanishes and the chapters'
+    two-KL rows (``theory.table1``) are another variant, so both ends are refused."""
+    v.check_real(name, value, 0.0, 1.0, open_low=True, open_high=True, scalar=True)
     return value
 
 
@@ -111,7 +113,7 @@ RULES: dict[str, Rule] = {
     "eps": _nonnegative,
     "clip_eps": _clip_eps,
     "mu": _count(1),
-    "alpha": _unit,
+    "alpha": _mix,
     "lr": _positive,
     "temperature": _positive,
     "xi": _finite,

@@ -11,7 +11,7 @@ from grpo_companion.book import parameters
 
 VALID = [("quick", True), ("seed", 0), ("seed", 2**64 - 1), ("device", "cpu"),
          ("device", "cuda:1"), ("beta", 1e-3), ("p_ref", 0.5), ("group_size", 2), ("eps", 0.0),
-         ("clip_eps", 0.2), ("mu", 1), ("alpha", 1.0), ("lr", 2e-4), ("temperature", 0.1),
+         ("clip_eps", 0.2), ("mu", 1), ("alpha", 0.5), ("lr", 2e-4), ("temperature", 0.1),
          ("xi", -0.5), ("betas", [0.1, 3.0]), ("p_refs", (0.1,)), ("n_seeds", None),
          ("n_iterations", 1)]
 INVALID = [("quick", 1, "quick must be True or False"),
@@ -26,7 +26,7 @@ INVALID = [("quick", 1, "quick must be True or False"),
            ("eps", -1e-9, "eps must be >= 0"),
            ("clip_eps", 1.0, "clip_eps must be in (0, 1)"),
            ("mu", 0, "mu must be an integer >= 1"),
-           ("alpha", 1.5, "alpha must be in [0, 1]"),
+           ("alpha", 1.0, "alpha must be in (0, 1)"),
            ("lr", -2e-4, "lr must be > 0"),
            ("temperature", 0, "temperature must be > 0"),
            ("xi", math.inf, "xi must be a finite real number"),
