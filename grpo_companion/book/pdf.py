@@ -15,8 +15,8 @@ build puts a stand-in ``bbm.sty`` beside the LaTeX (:data:`BBM_STANDIN`, ``\math
 - sets every table as a ``longtable`` with wrapping columns whose widths follow their
   content (:func:`column_widths`), so that a long table breaks across pages and a wide one
   wraps instead of running off the page;
-- leaves out the input of the cells that the HTML folds (:func:`_drop_folded_inputs`);
-- numbers the errata's items once (:func:`_unnumber_self_numbered_sections`).
+- leaves out the input of the cells that the HTML folds (``_drop_folded_inputs``);
+- numbers the errata's items once (``_unnumber_self_numbered_sections``).
 
 The LaTeX toolchain is not a Python package: ``scripts/tex_packages.txt`` lists the Debian
 packages it needs and ``scripts/install_tex.py`` installs them.
