@@ -12,7 +12,9 @@ markup. :func:`reader_notebook` rewrites each Markdown cell in CommonMark that J
   HTML ``<details>`` element;
 - a reference becomes what the page shows (``Fig. 8.1``, ``Theorem 2.1``, a section title),
   read from Sphinx's environment after the HTML build;
-- a citation becomes ``Mroueh (2026)`` or ``(Mroueh, 2026)``, from ``references.bib``.
+- a citation becomes ``Mroueh (2026)`` or ``(Mroueh, 2026)``, from ``references.bib``;
+- a figure's caption, which the page takes from its cell's metadata, follows the figure as a
+  Markdown cell headed "**Fig. 8.1.**".
 
 :func:`export_reader_notebooks` writes these over the ``.ipynb`` files that the book's download
 button serves (``_sources/<doc>.ipynb`` in the HTML folder). Code cells and outputs are kept as
@@ -203,13 +205,37 @@ def reader_markdown(source: str, values: Mapping[str, dict], refs: References) -
     return render(rewrite_directives(text, render, refs))
 
 
+#: tag of the Markdown cell that carries a figure's caption in a reader notebook
+CAPTION_TAG = "figure-caption"
+
+
+def figure_caption(cell: nbformat.NotebookNode, values: Mapping[str, dict],
+                   refs: References) -> str | None:
+    """The caption of a figure cell as the page shows it ("**Fig. 1.2.** ..."), in CommonMark;
+    None for a cell that draws no captioned figure. On the page the caption comes from the
+    cell's ``mystnb.figure`` metadata, which no plain notebook viewer shows."""
+    figure = (cell.metadata.get("mystnb") or {}).get("figure") or {}
+    if cell.cell_type != "code" or not figure.get("caption"):
+        return None
+    number = refs.numbered.get(figure.get("name", ""), "Figure")
+    return f"**{number}.** {reader_markdown(str(figure['caption']), values, refs)}"
+
+
 def reader_notebook(nb: nbformat.NotebookNode, refs: References) -> nbformat.NotebookNode:
-    """A copy of an executed chapter whose Markdown cells any Jupyter renders."""
+    """A copy of an executed chapter whose Markdown cells any Jupyter renders, with each
+    figure's caption in a Markdown cell (tagged :data:`CAPTION_TAG`) after its figure."""
     copy = nbformat.from_dict(nb)
     values = glued_values(copy)
+    cells = []
     for cell in copy.cells:
         if cell.cell_type == "markdown":
             cell.source = reader_markdown(cell.source, values, refs)
+        cells.append(cell)
+        caption = figure_caption(cell, values, refs)
+        if caption is not None:
+            cells.append(nbformat.v4.new_markdown_cell(caption,
+                                                       metadata={"tags": [CAPTION_TAG]}))
+    copy.cells = cells
     return copy
 
 

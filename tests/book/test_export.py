@@ -128,3 +128,20 @@ def test_citations_of_the_books_bibliography_are_author_year() -> None:
     assert cites["mroueh2026grpo"] == ("Mroueh", "2026")
     assert cites["shao2024deepseekmath"][0] == "Shao et al."
     assert len(cites) >= 5
+
+
+def test_a_figure_caption_follows_its_figure_as_markdown() -> None:
+    nb = _notebook("text")
+    figure = nbformat.v4.new_code_cell("plt.plot()")
+    figure.metadata["mystnb"] = {"figure": {"name": "fig-cobweb",
+                                            "caption": "The map at $p^*=${glue:text}`p_star:.2f`, "
+                                                       "see {ref}`sec-x`."}}
+    nb.cells.append(figure)
+    out = reader_notebook(nb, REFS)
+    assert len(out.cells) == len(nb.cells) + 1
+    caption = out.cells[-1]
+    assert caption.cell_type == "markdown" and caption.metadata["tags"] == ["figure-caption"]
+    assert caption.source == "**Fig. 4.2.** The map at $p^*=$0.12, see The section title."
+    assert out.cells[-2] == figure  # the figure cell itself is kept as executed
+    plain = nbformat.v4.new_code_cell("x = 1")  # no caption: nothing added
+    assert len(reader_notebook(nbformat.v4.new_notebook(cells=[plain]), REFS).cells) == 1
