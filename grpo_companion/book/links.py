@@ -270,12 +270,41 @@ def _add_paper_button(app, pagename, templatename, context, doctree) -> None:
         buttons.insert(0, button)
 
 
+def launch_source(url: str, pagename: str, root: Path) -> str:
+    """A launch button's ``url`` pointed at the chapter's source in the repository.
+
+    Sphinx reads the executed ``<page>.ipynb`` of the staged tree, so sphinx-book-theme's
+    Binder link opens ``<page>.ipynb``, a file the repository does not hold: the chapter is
+    ``<page>.md`` there (opened as a notebook by jupytext). Any other URL is returned as is.
+    """
+    suffix = f"/{pagename}.ipynb"
+    if url.startswith(BINDER_URL) and url.endswith(suffix) \
+            and not (root / f"{pagename}.ipynb").exists() and (root / f"{pagename}.md").exists():
+        return url[: -len(".ipynb")] + ".md"
+    return url
+
+
+def _launch_the_sources(app, pagename, templatename, context, doctree) -> None:
+    """``html-page-context``: :func:`launch_source` on every header button of the page."""
+    from grpo_companion.book.pipeline import REPO_ROOT
+
+    def walk(buttons):
+        for button in buttons or []:
+            if isinstance(button, dict):
+                if isinstance(button.get("url"), str):
+                    button["url"] = launch_source(button["url"], pagename, REPO_ROOT)
+                walk(button.get("buttons"))
+
+    walk(context.get("header_buttons"))
+
+
 def setup(app) -> dict:
-    """Sphinx extension: register the bibliography style (``bibtex_default_style``) and add
-    the paper's links to every page header (after sphinx-book-theme made its buttons, which
-    it does at priority 501)."""
+    """Sphinx extension: register the bibliography style (``bibtex_default_style``), add
+    the paper's links to every page header and point the launch buttons at the chapters'
+    sources (after sphinx-book-theme made its buttons, which it does at priority 501)."""
     register_bibliography_style()
     app.connect("html-page-context", _add_paper_button, priority=502)
+    app.connect("html-page-context", _launch_the_sources, priority=502)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 

@@ -310,3 +310,18 @@ def test_ledger_markdown_is_a_table_with_one_row_per_claim():
     row = next(line for line in body if line.startswith("| `thm10`"))
     assert "{doc}`Chapter 9, x </chapters/09_parametric_gap>`" in row
     assert row.count("{ref}`") == 2 and row.count("|") == 6
+
+
+def test_launch_links_open_the_markdown_source_the_repository_holds(tmp_path):
+    (tmp_path / "chapters").mkdir()
+    (tmp_path / "chapters" / "04_recurrence.md").write_text("# t\n")
+    (tmp_path / "chapters" / "nb.ipynb").write_text("{}")
+    binder = "https://mybinder.org/v2/gh/a/book/main?urlpath=lab/tree/chapters/"
+    assert links.launch_source(binder + "04_recurrence.ipynb", "chapters/04_recurrence",
+                               tmp_path) == binder + "04_recurrence.md"
+    # a chapter kept as .ipynb, another page, another link: unchanged
+    assert links.launch_source(binder + "nb.ipynb", "chapters/nb", tmp_path) == binder + "nb.ipynb"
+    assert links.launch_source(binder + "04_recurrence.ipynb", "chapters/other",
+                               tmp_path) == binder + "04_recurrence.ipynb"
+    github = "https://github.com/a/book"
+    assert links.launch_source(github, "chapters/04_recurrence", tmp_path) == github
