@@ -158,6 +158,16 @@
     }
   });
 
+  // myst-nb sets every glued value in bold, which marks a computed number; a glued sentence
+  // (a verdict written by the notebook) is prose, and reads as prose.
+  domReady.then(function () {
+    document.querySelectorAll("span.pasted-text").forEach(function (span) {
+      if (span.textContent.trim().split(/\s+/).length > 4) {
+        span.classList.add("pasted-words");
+      }
+    });
+  });
+
   window.grpoBookLayout = domReady.then(mathReady).then(function () {
     return document.fonts ? document.fonts.ready : null;
   }).then(layout);

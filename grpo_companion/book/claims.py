@@ -346,6 +346,16 @@ def myst_escape(text: str) -> str:
     return _MARKUP.sub(r"\\\1", re.sub(r"\s+", " ", str(text)))
 
 
+_INLINE_MATH = re.compile(r"(\$[^$|\n]+\$)")
+
+
+def escape_outside_math(text: str) -> str:
+    """:func:`myst_escape` on ``text`` except its inline math (``$...$`` with no pipe, which
+    would split a table cell), which stays math."""
+    parts = _INLINE_MATH.split(re.sub(r"\s+", " ", str(text)))
+    return "".join(part if i % 2 else myst_escape(part) for i, part in enumerate(parts))
+
+
 def _item_links(numbers: str) -> str:
     return re.sub(r"\d+", lambda m: f"{{ref}}`{m[0]} <{ERRATA_ITEM_LABEL.format(m[0])}>`",
                   numbers)
@@ -353,19 +363,20 @@ def _item_links(numbers: str) -> str:
 
 def errata_links(text: str) -> str:
     """``text`` as MyST in which mentions of the errata are links: ``errata items 19 and 22``
-    and ``item 16 of the errata`` link each item, a bare ``errata`` links the page."""
+    and ``item 16 of the errata`` link each item, a bare ``errata`` links the page; inline
+    math stays math (:func:`escape_outside_math`)."""
     out, last = [], 0
     for match in _ERRATA_MENTION.finditer(text):
-        out.append(myst_escape(text[last:match.start()]))
+        out.append(escape_outside_math(text[last:match.start()]))
         if match["bare"]:
             out.append(f"{{doc}}`errata <{ERRATA_DOC}>`")
         elif match["lead"]:
-            out.append(myst_escape(match["lead"]) + _item_links(match["nums1"]))
+            out.append(escape_outside_math(match["lead"]) + _item_links(match["nums1"]))
         else:
-            out.append(myst_escape(match["items"]) + _item_links(match["nums2"])
-                       + myst_escape(match["tail"]))
+            out.append(escape_outside_math(match["items"]) + _item_links(match["nums2"])
+                       + escape_outside_math(match["tail"]))
         last = match.end()
-    out.append(myst_escape(text[last:]))
+    out.append(escape_outside_math(text[last:]))
     return "".join(out)
 
 

@@ -185,3 +185,12 @@ def test_ledger_statements_write_their_math_as_math():
 def test_a_statement_that_would_break_the_table_is_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         claims.statement_myst(bad)
+
+
+def test_evidence_keeps_its_inline_math_and_escapes_the_rest():
+    text = r"holds for $\sup \lvert h'\rvert < 1$ at p_ref* = 0.2; errata item 3"
+    out = claims.errata_links(text)
+    assert r"$\sup \lvert h'\rvert < 1$" in out  # math left for MathJax
+    assert r"p\_ref\* = 0.2" in out  # markup characters outside math escaped
+    assert "{ref}`3 <errata-item-3>`" in out
+    assert claims.escape_outside_math("a $x|y$ b") == r"a \$x\|y\$ b"  # a pipe would split

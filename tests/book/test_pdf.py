@@ -125,7 +125,9 @@ def chapter_titles(docs: list[str], root: Path = REPO_ROOT) -> dict[str, str]:
 
 
 def _squeeze(text: str) -> str:
-    """Text without line-end hyphens, spaces or case: what survives LaTeX's line breaking."""
+    """Text without line-end hyphens, spaces, case or curly quotes: what survives LaTeX's line
+    breaking and its typographic apostrophes (the paper's -> the paper’s)."""
+    text = text.translate(str.maketrans("‘’“”", "''\"\""))
     return re.sub(r"\s+", "", re.sub(r"-\n", "", text)).lower()
 
 
