@@ -1,0 +1,508 @@
+"""Clipped GRPO solved exactly: the one-round optimum and its PoS map.
+
+One round of clipped GRPO maximises, over policies ``pi`` on a finite set of
+outputs, the PPO-style clipped surrogate minus a reference KL::
+
+    J(pi) = sum_o pi_old(o) min(r(o) A(o), clip(r(o), 1 - k, 1 + k_high) A(o))
+            - beta KL(pi || pi_ref),          r = pi / pi_old,
+
+with ``A = +w+`` on a success and ``-w-`` on a failure (the calibration
+weights at the sampler's PoS, :mod:`grpo_companion.theory.calibration`). For a
+success the surrogate term is ``w+ min(pi(o), (1 + k_high) pi_old(o))``, for a
+failure ``-w- max(pi(o), (1 - k) pi_old(o))``; both are concave, and the KL is
+strictly convex, so the round has exactly one optimum.
+
+**KKT form** (:func:`clipped_round_policy`). With a multiplier ``lam`` for
+``sum pi = 1`` and ``t = lam / beta``, stationarity asks
+``beta log(pi(o) / pi_ref(o)) + lam`` to lie in the superdifferential of the
+output's surrogate term: ``[0, w+]`` at a success's kink ``(1 + k_high)
+pi_old(o)``, ``{w+}`` below it and ``{0}`` above; ``[-w-, 0]`` at a failure's
+kink ``(1 - k) pi_old(o)``, ``{0}`` below and ``{-w-}`` above. Hence::
+
+    success: pi(o) = min(pi_ref e^{w+/beta - t}, max(pi_ref e^{-t}, (1 + k_high) pi_old(o)))
+    failure: pi(o) = max(pi_ref e^{-w-/beta - t}, min(pi_ref e^{-t}, (1 - k) pi_old(o)))
+
+i.e. in both cases the kink value clamped between the two free values,
+``log pi(o) = clip(log c(o), lo(o) - t, hi(o) - t)``. Each is a non-increasing
+function of ``t``, piecewise ``e^{-t}`` or constant, so ``sum pi(t) = 1`` is
+solved exactly: the piece holding the root is found among the breakpoints, and
+on it ``sum pi = e^{-t} F + P`` (``F`` from the free outputs, ``P`` the pinned
+mass) gives ``t = log F - log(1 - P)`` in closed form (no iterative tolerance).
+
+**Class-proportional PoS map** (:func:`clipped_pos_map_logit`). When
+``pi_old / pi_ref`` is constant on the successes and on the failures (true along
+the iteration from ``pi_ref``), the optimum keeps that property and depends on
+``p = pi_old(successes)`` only. With success mass ``x`` the objective is, up to
+a constant, ``w+ min(x, x1) - w- max(1 - x, 1 - x2) - beta KL(x || p_ref)`` with
+``x1 = (1 + k_high) p`` and ``x2 = 1 - (1 - k)(1 - p)``. Its slope from the
+surrogate is a decreasing step function, ``Omega = w+ + w-`` below
+``min(x1, x2)``, then ``w-`` (if ``x1 < x2``) or ``w+`` (if ``x2 < x1``), then 0
+above ``max(x1, x2)``; equating it to ``beta (logit x - logit p_ref)`` gives, in
+logits, with ``L_u = L_ref + Omega / beta`` (the unclipped map, Theorem 2),
+``l_1 = L_ref + w_mid / beta``, ``m1 = logit min(x1, x2)`` and
+``m2 = logit max(x1, x2)``::
+
+    L_new = min(L_u, max(m1, min(l_1, max(m2, L_ref))))
+
+Consequences, each checked in ``tests/theory/test_clipped.py``:
+``L_ref <= L_new <= L_u``; ``L_new`` lies strictly between ``L_old`` and ``L_u``
+or equals ``L_u``, so the clipped and unclipped steps have the same sign
+everywhere and **the clipped map has exactly the unclipped fixed points** (for
+``k, k_high > 0``); and for ``p >= p_ref`` the round obeys
+``1 - p_n >= (1 - k)(1 - p_{n-1})`` when ``p_{n-1} <= 1/2`` (and
+``p_n <= (1 + k_high) p_{n-1}`` when ``p_{n-1} >= 1/2``), but not both caps at
+once: below 1/2 the success mass may pass ``(1 + k_high) p_{n-1}`` (its term is
+then flat) while the failures' term still pushes (``L_new = l_1``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import special
+
+from grpo_companion.validation import (
+    broadcast,
+    check_beta,
+    check_count,
+    check_flag,
+    check_logit,
+    check_probability,
+    check_probability_vector,
+    check_real,
+    check_success_mask,
+)
+
+from .calibration import Calibration, resolve_calibration
+from .logistic import logit
+
+__all__ = [
+    "clipped_fixed_points",
+    "clipped_fixed_points_logit",
+    "clipped_iterate_logit",
+    "clipped_objective",
+    "clipped_pos_map",
+    "clipped_pos_map_logit",
+    "clipped_round_policy",
+    "clipped_surrogate",
+]
+
+
+# ------------------------------------------------------------------------ checks
+def _check_clip(clip_eps: ArrayLike, clip_eps_high: ArrayLike | None) -> tuple[np.ndarray,
+                                                                               np.ndarray]:
+    """``clip_eps`` in (0, 1]; ``clip_eps_high`` in (0, inf] (``None``: ``clip_eps``)."""
+    low = check_real("clip_eps", clip_eps, 0.0, 1.0, open_low=True)
+    if clip_eps_high is None:
+        return low, low
+    high = check_real("clip_eps_high", clip_eps_high, 0.0, open_low=True, finite=False)
+    return low, high
+
+
+def _check_weight(name: str, value: ArrayLike) -> np.ndarray:
+    return check_real(name, value, 0.0)
+
+
+def _log1p_eps(k: np.ndarray, sign: float) -> np.ndarray:
+    """``log(1 + sign k)``; ``log(1 + inf) = inf`` and ``log(1 - 1) = -inf``."""
+    with np.errstate(divide="ignore"):
+        return np.log1p(sign * k)
+
+
+# -------------------------------------------------------------------- surrogate
+def clipped_surrogate(
+    ratio: ArrayLike,
+    advantage: ArrayLike,
+    clip_eps: ArrayLike,
+    clip_eps_high: ArrayLike | None = None,
+) -> np.ndarray:
+    """Per-sample clipped surrogate ``min(r A, clip(r, 1 - k, 1 + k_high) A)`` (PPO, GRPO).
+
+    The quantity whose ``pi_old``-expectation a clipped GRPO round maximises; TRL's
+    per-token loss is its negative (``epsilon = k``, ``epsilon_high = k_high``).
+
+    Parameters
+    ----------
+    ratio : array_like
+        ``r = pi / pi_old``, ``>= 0`` and finite.
+    advantage : array_like
+        ``A``, finite.
+    clip_eps, clip_eps_high : array_like
+        ``k`` in (0, 1] and ``k_high`` in (0, inf] (default ``k``).
+    """
+    r = check_real("ratio", ratio, 0.0)
+    a = check_real("advantage", advantage)
+    lo, hi = _check_clip(clip_eps, clip_eps_high)
+    r, a, lo, hi = broadcast(ratio=r, advantage=a, clip_eps=lo, clip_eps_high=hi)
+    clipped = np.minimum(np.maximum(r, 1.0 - lo), 1.0 + hi)
+    return np.minimum(r * a, clipped * a)[()]
+
+
+def clipped_objective(
+    pi: ArrayLike,
+    pi_ref: ArrayLike,
+    pi_old: ArrayLike,
+    success_mask: ArrayLike,
+    beta: ArrayLike,
+    clip_eps: ArrayLike,
+    w_plus: ArrayLike,
+    w_minus: ArrayLike,
+    *,
+    clip_eps_high: ArrayLike | None = None,
+) -> np.ndarray:
+    """The round's objective ``J(pi)`` (module docstring) over the last axis of outputs.
+
+    ``sum_S w+ min(pi, (1 + k_high) pi_old) - sum_F w- max(pi, (1 - k) pi_old)
+    - beta KL(pi || pi_ref)``: for ``pi_old(o) > 0`` each surrogate term equals
+    ``pi_old(o) min(r A, clip(r) A)`` (:func:`clipped_surrogate`); ``pi_old(o) = 0``
+    gives its limit. ``pi`` must vanish where ``pi_ref`` does (else ``-inf``).
+    """
+    p = check_probability_vector("pi", pi)
+    ref = check_probability_vector("pi_ref", pi_ref)
+    old = check_probability_vector("pi_old", pi_old)
+    mask = check_success_mask(success_mask)
+    b = check_beta(beta)[..., None]
+    lo, hi = _check_clip(clip_eps, clip_eps_high)
+    wp = _check_weight("w_plus", w_plus)[..., None]
+    wm = _check_weight("w_minus", w_minus)[..., None]
+    p, ref, old, mask, b, lo, hi, wp, wm = broadcast(
+        pi=p, pi_ref=ref, pi_old=old, success_mask=mask, beta=b, clip_eps=lo[..., None],
+        clip_eps_high=hi[..., None], w_plus=wp, w_minus=wm)
+    with np.errstate(invalid="ignore"):  # inf * 0 where k_high = inf and pi_old = 0
+        cap = np.where(old > 0, (1.0 + hi) * old, 0.0)
+    gain = np.where(mask, wp * np.minimum(p, cap), -wm * np.maximum(p, (1.0 - lo) * old))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl_terms = np.where(p > 0, p * (np.log(p) - np.log(ref)), 0.0)
+    return (gain.sum(axis=-1) - b[..., 0] * kl_terms.sum(axis=-1))[()]
+
+
+# --------------------------------------------------------------- tabular round
+def _log_round(lo: np.ndarray, hi: np.ndarray, pin: np.ndarray) -> np.ndarray:
+    """Solve ``sum_o exp(clip(pin_o, lo_o - t, hi_o - t)) = 1`` for ``t``; return ``log pi``.
+
+    Arrays of shape ``(..., K)`` with ``lo <= hi``. Every output's term is
+    ``lo - t`` for ``t < lo - pin``, ``pin`` between ``lo - pin`` and ``hi - pin``
+    and ``hi - t`` above, so the sum is non-increasing in ``t``; it is ``>= 1`` at
+    ``t = logsumexp(lo)`` and ``<= 1`` at ``t = logsumexp(hi)``. The root's piece is
+    found among the sorted breakpoints and solved there in closed form.
+    """
+    with np.errstate(divide="ignore"):
+        t_lo = special.logsumexp(lo, axis=-1, keepdims=True)
+        t_hi = special.logsumexp(hi, axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        knots = np.concatenate([lo - pin, hi - pin], axis=-1)
+    knots = np.where(np.isnan(knots), t_lo, knots)  # outputs without reference mass
+    knots = np.clip(knots, t_lo, t_hi)
+    ts = np.sort(np.concatenate([t_lo, t_hi, knots], axis=-1), axis=-1)  # (..., M)
+
+    def terms(t: np.ndarray) -> np.ndarray:  # t (..., M) -> log pi_o(t), (..., M, K)
+        tt = t[..., :, None]
+        with np.errstate(invalid="ignore"):
+            return np.minimum(np.maximum(pin[..., None, :], lo[..., None, :] - tt),
+                              hi[..., None, :] - tt)
+
+    with np.errstate(divide="ignore"):
+        f = special.logsumexp(terms(ts), axis=-1)  # (..., M), non-increasing
+    j = np.clip(np.sum(f >= 0.0, axis=-1, keepdims=True) - 1, 0, ts.shape[-1] - 2)
+    left = np.take_along_axis(ts, j, axis=-1)
+    right = np.take_along_axis(ts, j + 1, axis=-1)
+    mid = 0.5 * (left + right)
+    with np.errstate(invalid="ignore"):
+        low_free = mid < lo - pin
+        high_free = mid > hi - pin
+    pinned = ~(low_free | high_free) & np.isfinite(pin) & (hi > -np.inf)
+    free_exp = np.where(low_free, lo, np.where(high_free, hi, -np.inf))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_f = special.logsumexp(free_exp, axis=-1, keepdims=True)
+        pinned_mass = np.sum(np.where(pinned, np.exp(pin), 0.0), axis=-1, keepdims=True)
+        log_rest = np.log1p(-np.minimum(pinned_mass, 1.0))  # log(1 - P), the free mass
+        t_star = np.clip(log_f - log_rest, left, right)
+        # a free output's log-mass as (e - log F) + log(1 - P): exact when one output is free
+        free_part = (free_exp - log_f) + log_rest
+        exact = np.isfinite(log_f) & (pinned_mass < 1.0) & (log_f - log_rest >= left) & (
+            log_f - log_rest <= right)
+        fallback = np.minimum(np.maximum(pin, lo - t_star), hi - t_star)
+        log_pi = np.where(exact, np.where(pinned, pin, np.where(low_free | high_free,
+                                                                  free_part, -np.inf)),
+                          fallback)
+        log_pi = np.where(hi == -np.inf, -np.inf, log_pi)
+        return log_pi - special.logsumexp(log_pi, axis=-1, keepdims=True)
+
+
+def clipped_round_policy(
+    pi_ref: ArrayLike,
+    pi_old: ArrayLike,
+    success_mask: ArrayLike,
+    beta: ArrayLike,
+    clip_eps: ArrayLike,
+    w_plus: ArrayLike,
+    w_minus: ArrayLike,
+    *,
+    clip_eps_high: ArrayLike | None = None,
+) -> np.ndarray:
+    """Exact maximiser of one clipped GRPO round, :func:`clipped_objective` (KKT form).
+
+    ``pi(o) = clip(c(o), pi_ref(o) e^{s_lo/beta - t}, pi_ref(o) e^{s_hi/beta - t})``
+    with ``c = (1 + k_high) pi_old``, ``(s_lo, s_hi) = (0, w+)`` on a success and
+    ``c = (1 - k) pi_old``, ``(s_lo, s_hi) = (-w-, 0)`` on a failure, and ``t``
+    (the normaliser) solved exactly (module docstring). Computed in log space.
+
+    Parameters
+    ----------
+    pi_ref, pi_old : array_like
+        Probability vectors over the last axis (leading axes broadcast). Outputs
+        with ``pi_ref = 0`` get 0; ``pi_old = 0`` is the limit ``pi_old -> 0``.
+    success_mask : array_like
+        1/True on the outputs the verifier accepts.
+    beta : array_like
+        KL strength, ``> 0``.
+    clip_eps : array_like
+        ``k`` in (0, 1]: ratios below ``1 - k`` are clipped (``k = 1``: never).
+    w_plus, w_minus : array_like
+        Advantage ``+w_plus`` of a success and ``-w_minus`` of a failure, ``>= 0``
+        (:func:`~grpo_companion.theory.weights` at ``pi_old``'s PoS for GRPO).
+    clip_eps_high : array_like, optional
+        ``k_high`` in (0, inf] for the upper clip ``1 + k_high`` (``inf``: none);
+        default ``clip_eps``.
+
+    Notes
+    -----
+    Costs ``O(K^2)`` per policy (every breakpoint is evaluated). Accurate to a few
+    ulps of ``max |log pi_ref| + w / beta`` in ``log pi``.
+    """
+    ref = check_probability_vector("pi_ref", pi_ref)
+    old = check_probability_vector("pi_old", pi_old)
+    mask = check_success_mask(success_mask)
+    b = check_beta(beta)[..., None]
+    k_lo, k_hi = _check_clip(clip_eps, clip_eps_high)
+    wp = _check_weight("w_plus", w_plus)[..., None]
+    wm = _check_weight("w_minus", w_minus)[..., None]
+    ref, old, mask, b, k_lo, k_hi, wp, wm = broadcast(
+        pi_ref=ref, pi_old=old, success_mask=mask, beta=b, clip_eps=k_lo[..., None],
+        clip_eps_high=k_hi[..., None], w_plus=wp, w_minus=wm)
+    with np.errstate(divide="ignore", over="ignore"):
+        log_ref, log_old = np.log(ref), np.log(old)
+        up, down = wp / b, wm / b
+    return np.exp(_tabular(log_ref, log_old, mask, up, down, k_lo, k_hi))
+
+
+def _tabular(log_ref: np.ndarray, log_old: np.ndarray, mask: np.ndarray, up: np.ndarray,
+             down: np.ndarray, k_lo: np.ndarray, k_hi: np.ndarray) -> np.ndarray:
+    """``log pi`` of the round optimum from checked, broadcast log-policies."""
+    with np.errstate(invalid="ignore"):
+        lo = np.where(mask, log_ref, log_ref - down)
+        hi = np.where(mask, log_ref + up, log_ref)
+        pin = np.where(mask, _log1p_eps(k_hi, 1.0), _log1p_eps(k_lo, -1.0)) + log_old
+    pin = np.where(np.isneginf(log_old) | np.isnan(pin), -np.inf, pin)
+    return _log_round(lo, hi, pin)
+
+
+# ---------------------------------------------------------------- the PoS map
+def _cap_logits(lp: np.ndarray, k_lo: np.ndarray, k_hi: np.ndarray) -> tuple[np.ndarray,
+                                                                               np.ndarray]:
+    """``logit x1`` and ``logit x2``: ``x1 = (1 + k_high) p``, ``x2 = 1 - (1 - k)(1 - p)``.
+
+    ``logit x1 = log(1 + k_high) + L - log(1 - k_high e^L)`` (``+inf`` once
+    ``x1 >= 1``); ``logit x2 = logaddexp(L, log k) - log(1 - k)``. Both in log space.
+    """
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        prod = k_hi * np.exp(lp)
+        room = np.log1p(-np.minimum(prod, 1.0))
+        x1 = np.where(prod >= 1.0, np.inf, _log1p_eps(k_hi, 1.0) + lp - room)
+        x1 = np.where(np.isneginf(lp), -np.inf, x1)
+        x2 = np.logaddexp(lp, np.log(k_lo)) - _log1p_eps(k_lo, -1.0)
+    return x1, x2
+
+
+def _clipped_map_logit(lp: np.ndarray, lr: np.ndarray, b: np.ndarray, k_lo: np.ndarray,
+                       k_hi: np.ndarray, cal: Calibration) -> np.ndarray:
+    """The clipped PoS map on logits (module docstring) on checked, broadcast inputs."""
+    wp, wm = cal.weights_of_logit(lp)
+    x1, x2 = _cap_logits(lp, k_lo, k_hi)
+    m1, m2 = np.minimum(x1, x2), np.maximum(x1, x2)
+    w_mid = np.where(x1 < x2, wm, wp)
+    with np.errstate(over="ignore", invalid="ignore"):
+        l_u = lr + (wp + wm) / b
+        l_1 = lr + w_mid / b
+        return np.minimum(l_u, np.maximum(m1, np.minimum(l_1, np.maximum(m2, lr))))
+
+
+def _prepare(logit_p, logit_p_ref, beta, clip_eps, clip_eps_high, calibration, kwargs,
+             names=("logit_p", "logit_p_ref")):
+    lp = check_logit(names[0], logit_p)
+    lr = check_logit(names[1], logit_p_ref)
+    b = check_beta(beta)
+    k_lo, k_hi = _check_clip(clip_eps, clip_eps_high)
+    cal = resolve_calibration(calibration, **kwargs)
+    lp, lr, b, k_lo, k_hi = broadcast(**{names[0]: lp, names[1]: lr}, beta=b, clip_eps=k_lo,
+                                      clip_eps_high=k_hi)
+    cal.check_boundary(lp, names[0])
+    return lp, lr, b, k_lo, k_hi, cal
+
+
+def clipped_pos_map_logit(
+    logit_p: ArrayLike,
+    logit_p_ref: ArrayLike,
+    beta: ArrayLike,
+    clip_eps: ArrayLike,
+    *,
+    clip_eps_high: ArrayLike | None = None,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """One round of clipped GRPO on the PoS logit (class-proportional policies).
+
+    ``L_new = min(L_u, max(m1, min(l_1, max(m2, L_ref))))`` (module docstring):
+    the success mass of :func:`clipped_round_policy` when ``pi_old / pi_ref`` is
+    constant within the successes and within the failures, with ``w+, w-`` the
+    calibration weights at ``p = sigmoid(logit_p)`` (default: the paper's,
+    ``eps = 1e-5``). ``clip_eps = 1, clip_eps_high = inf`` is the unclipped map
+    :func:`~grpo_companion.theory.pos_map_logit`. Closed form, exact in logit space;
+    broadcasts over all arguments.
+    """
+    lp, lr, b, k_lo, k_hi, cal = _prepare(logit_p, logit_p_ref, beta, clip_eps, clip_eps_high,
+                                          calibration, calibration_kwargs)
+    return _clipped_map_logit(lp, lr, b, k_lo, k_hi, cal)[()]
+
+
+def clipped_pos_map(
+    p: ArrayLike,
+    p_ref: ArrayLike,
+    beta: ArrayLike,
+    clip_eps: ArrayLike,
+    *,
+    clip_eps_high: ArrayLike | None = None,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """:func:`clipped_pos_map_logit` on probabilities: ``p_n`` from ``p_{n-1}``."""
+    lp = logit(check_probability("p", p))
+    lr = logit(check_probability("p_ref", p_ref))
+    lp, lr, b, k_lo, k_hi, cal = _prepare(lp, lr, beta, clip_eps, clip_eps_high, calibration,
+                                          calibration_kwargs, names=("p", "p_ref"))
+    return special.expit(_clipped_map_logit(lp, lr, b, k_lo, k_hi, cal))[()]
+
+
+def clipped_iterate_logit(
+    logit_p0: ArrayLike,
+    logit_p_ref: ArrayLike,
+    beta: ArrayLike,
+    clip_eps: ArrayLike,
+    n_steps: int,
+    *,
+    clip_eps_high: ArrayLike | None = None,
+    keep_path: bool = True,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Iterate :func:`clipped_pos_map_logit` ``n_steps`` times from ``logit_p0``.
+
+    Returns shape ``(n_steps + 1, *broadcast_shape)`` with the start first, or the
+    last logits only when ``keep_path=False``.
+    """
+    n_steps = check_count("n_steps", n_steps, 0)
+    keep_path = check_flag("keep_path", keep_path)
+    lp, lr, b, k_lo, k_hi, cal = _prepare(logit_p0, logit_p_ref, beta, clip_eps, clip_eps_high,
+                                          calibration, calibration_kwargs,
+                                          names=("logit_p0", "logit_p_ref"))
+    path = [lp]
+    for _ in range(n_steps):
+        path.append(_clipped_map_logit(path[-1], lr, b, k_lo, k_hi, cal))
+    return np.stack(path) if keep_path else path[-1][()]
+
+
+# ---------------------------------------------------------------- fixed points
+def clipped_fixed_points_logit(
+    logit_p_ref: ArrayLike,
+    beta: ArrayLike,
+    clip_eps: ArrayLike,
+    *,
+    clip_eps_high: ArrayLike | None = None,
+    n_grid: int = 4097,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Logits of the fixed points of :func:`clipped_pos_map_logit`, found on the clipped map.
+
+    ``G(L) = clipped_map(L) - L`` is scanned for sign changes on ``n_grid``
+    logits spaced evenly in ``asinh L`` over ``[L_ref + inf Omega / beta - 1,
+    L_ref + sup Omega / beta + 1]`` (outside it the unclipped step, hence the
+    clipped one, has one sign), and each bracket is bisected to adjacent floats.
+    The unclipped map is never called, so comparing the result with
+    :func:`~grpo_companion.theory.fixed_points_logit` tests the claim that clipping
+    keeps the fixed points. Two roots closer than the grid spacing (near a
+    saddle-node) can be missed. Output as :func:`~grpo_companion.theory.fixed_points_logit`:
+    1-D for scalar arguments, else a trailing axis padded with NaN.
+    """
+    lr = check_logit("logit_p_ref", logit_p_ref)
+    b = check_beta(beta)
+    k_lo, k_hi = _check_clip(clip_eps, clip_eps_high)
+    n_grid = check_count("n_grid", n_grid, 3)
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    if not np.isfinite(cal.omega_sup):
+        raise ValueError("calibration must have a bounded Omega (eps > 0 for population "
+                         "whitening) for clipped_fixed_points_logit")
+    if not np.all(np.isfinite(lr)):
+        raise ValueError("logit_p_ref must be finite (p_ref in (0, 1)) for "
+                         "clipped_fixed_points_logit")
+    lr, b, k_lo, k_hi = broadcast(logit_p_ref=lr, beta=b, clip_eps=k_lo, clip_eps_high=k_hi)
+    shape = lr.shape
+    lr, b, k_lo, k_hi = (x.reshape(-1, 1) for x in (lr, b, k_lo, k_hi))
+    lo_end = lr + cal.omega_inf / b - 1.0
+    hi_end = lr + cal.omega_sup / b + 1.0
+    u = np.linspace(0.0, 1.0, n_grid)
+    a0, a1 = np.arcsinh(lo_end), np.arcsinh(hi_end)
+    grid = np.sinh(a0 + (a1 - a0) * u)
+
+    def g(x, lr_, b_, lo_, hi_):
+        return _clipped_map_logit(x, lr_, b_, lo_, hi_, cal) - x
+
+    s = np.sign(g(grid, lr, b, k_lo, k_hi))
+    cell, j = np.nonzero(s[:, :-1] * s[:, 1:] < 0)
+    left, right = grid[cell, j], grid[cell, j + 1]
+    s_left = s[cell, j]
+    args = (lr[cell, 0], b[cell, 0], k_lo[cell, 0], k_hi[cell, 0])
+    for _ in range(2200):  # each halving, or a step to an adjacent float, shrinks the bracket
+        mid = 0.5 * (left + right)
+        active = (mid > left) & (mid < right)
+        if not active.any():
+            break
+        s_mid = np.sign(g(mid, *args))
+        go_right = (s_mid == s_left) & active
+        go_left = (s_mid != s_left) & active
+        left = np.where(go_right, mid, left)
+        right = np.where(go_left, mid, right)
+    roots = 0.5 * (left + right)
+    exact_cell, exact_j = np.nonzero(s == 0)
+    cell = np.concatenate([cell, exact_cell])
+    roots = np.concatenate([roots, grid[exact_cell, exact_j]])
+    order = np.lexsort((roots, cell))
+    cell, roots = cell[order], roots[order]
+    counts = np.bincount(cell, minlength=lr.shape[0])
+    width = int(counts.max()) if counts.size else 0
+    out = np.full((lr.shape[0], width), np.nan)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    out[cell, np.arange(cell.size) - starts[cell]] = roots
+    out = out.reshape(*shape, width)
+    if not shape:
+        return out[~np.isnan(out)]
+    return out
+
+
+def clipped_fixed_points(
+    p_ref: ArrayLike,
+    beta: ArrayLike,
+    clip_eps: ArrayLike,
+    *,
+    clip_eps_high: ArrayLike | None = None,
+    n_grid: int = 4097,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Fixed points ``p*`` of :func:`clipped_pos_map` (see :func:`clipped_fixed_points_logit`)."""
+    lr = logit(check_probability("p_ref", p_ref, open_interval=True))
+    return special.expit(clipped_fixed_points_logit(
+        lr, beta, clip_eps, clip_eps_high=clip_eps_high, n_grid=n_grid,
+        calibration=calibration, **calibration_kwargs))
