@@ -2,7 +2,8 @@
 
 Run: ``make screenshots`` or ``python benchmarks/screenshots.py [--html DIR] [--out DIR]``.
 For every page of the book's table of contents, at desktop width (1400 px) and
-phone width (400 px), it writes a full-page PNG to ``OUT/<width>/<page>.png``
+phone width (400 px), it writes a full-page PNG to ``OUT/<width>/<page>.png``; a page taller
+than ``MAX_HEIGHT`` continues in ``<page>-part2.png``, ``-part3.png``... (nothing is cut)
 (default ``_build/screenshots``) and records what a look at the page would
 notice: images that did not load, and content wider than the window (a table,
 a code block or a figure that makes the page scroll sideways). It prints one
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -25,7 +27,7 @@ from grpo_companion.book.pipeline import toc_documents  # noqa: E402
 from tests.book.browser import chromium, serve  # noqa: E402
 
 WIDTHS = (1400, 400)
-MAX_HEIGHT = 30000  # px; longer pages are cut (Chromium's own limit is about 16k x 16k tiles)
+MAX_HEIGHT = 30000  # px per image; longer pages continue in -partN images
 
 # What a reader would notice: broken images and anything wider than the window.
 _LOOK = """
@@ -48,6 +50,7 @@ document.querySelectorAll('article *').forEach(e => {
 const imgs = [...document.querySelectorAll('article img')];
 return {
   height: Math.min(document.documentElement.scrollHeight, MAX_HEIGHT),
+  full_height: document.documentElement.scrollHeight,
   page_width: document.documentElement.scrollWidth,
   window_width: width,
   images: imgs.length,
@@ -74,6 +77,7 @@ def screenshot_book(html: Path, out: Path, widths=WIDTHS) -> dict[str, object]:
     report: dict[str, object] = {"html": str(html), "out": str(out), "pages": len(pages),
                                  "widths": list(widths), "findings": {}}
     findings: dict[str, dict] = report["findings"]  # type: ignore[assignment]
+    shots = 0
     with serve(html) as base, chromium() as driver:
         for width in widths:
             for page in pages:
@@ -83,16 +87,21 @@ def screenshot_book(html: Path, out: Path, widths=WIDTHS) -> dict[str, object]:
                 seen = driver.execute_script(_LOOK)
                 driver.set_window_size(width, int(seen["height"]) + 100)
                 _wait_for_page(driver)
-                target = out / str(width) / page.replace(".html", ".png")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                driver.save_screenshot(str(target))
+                parts = max(1, math.ceil(int(seen["full_height"]) / MAX_HEIGHT))
+                for k in range(parts):
+                    driver.execute_script(f"window.scrollTo(0, {k * MAX_HEIGHT});")
+                    suffix = ".png" if k == 0 else f"-part{k + 1}.png"
+                    target = out / str(width) / page.replace(".html", suffix)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    driver.save_screenshot(str(target))
+                    shots += 1
                 notes = {k: seen[k] for k in ("broken_images", "wider_than_window") if seen[k]}
                 if seen["page_width"] > seen["window_width"]:
                     notes["page_scrolls_sideways_px"] = seen["page_width"] - seen["window_width"]
                 notes["images"] = seen["images"]
                 findings.setdefault(page, {})[str(width)] = notes
     report["seconds"] = round(time.perf_counter() - t0, 1)
-    report["screenshots"] = len(pages) * len(widths)
+    report["screenshots"] = shots
     return report
 
 

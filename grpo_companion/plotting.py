@@ -59,7 +59,11 @@ BOOK_STYLE = {
     "axes.titlesize": 11,
     "axes.labelsize": 10,
     "legend.fontsize": 9,
-    "legend.frameon": False,
+    # a legend drawn over data keeps its text readable: a pale box, no frame line (a curve or
+    # a dotted line used to run through the legend's words, as in Fig. 9.1)
+    "legend.frameon": True,
+    "legend.framealpha": 0.85,
+    "legend.edgecolor": "none",
     "lines.linewidth": 1.8,
     "font.size": 10,
 }
