@@ -65,6 +65,7 @@ from grpo_companion.validation import (
     check_probability,
     check_probability_vector,
     check_real,
+    check_scalar_array,
     check_success_mask,
 )
 
@@ -288,7 +289,7 @@ def weighted_fixed_points_logit(
     c_plus, c_minus = _scales(variant)
     cal = resolve_calibration(calibration, **calibration_kwargs)
     lr = float(check_real("logit_p_ref", logit_p_ref, scalar=True))
-    b = float(check_beta(beta, "beta").reshape(()))
+    b = float(check_scalar_array("beta", check_beta(beta, "beta")))
     n_grid = check_count("n_grid", n_grid, 3)
     if not np.isfinite(cal.omega_sup):
         raise ValueError("calibration must have a bounded Omega (eps > 0 for population "
@@ -346,6 +347,7 @@ def log_ratio_drift(pi: ArrayLike, pi_ref: ArrayLike, a: int, b: int) -> np.ndar
     """``log(pi(a) / pi(b)) - log(pi_ref(a) / pi_ref(b))`` over the last axis (rank drift)."""
     p = check_probability_vector("pi", pi)
     ref = check_probability_vector("pi_ref", pi_ref)
+    p, ref = broadcast(pi=p, pi_ref=ref)
     n = p.shape[-1]
     a = check_count("a", a, 0, n - 1)
     b = check_count("b", b, 0, n - 1)

@@ -222,7 +222,8 @@ OVERRIDES: dict[str, dict[str, Kind]] = {
                                                               "bool": True,
                                                               "inf": [INF, 0.0, 0.0],
                                                               "length": [1.0, 0.0]})},
-    "clipped_objective": {"advantage": _elem(0.5, {"inf": INF}),
+    # theory.surrogate's per-sample objective (theory.clipped's one is "clipped_objective")
+    "surrogate.clipped_objective": {"advantage": _elem(0.5, {"inf": INF}),
                           "clip_eps": _one(0.2, {"negative": -0.1}, optional=True)},
     "group_advantages": {"eps": _one(1e-5, {"negative": -1.0, "inf": INF})},
     "sample_groups": {"n_groups": _count(3, 1, sizes_memory=True)},
@@ -430,6 +431,95 @@ OVERRIDES.update({
                                                             "three_d": np.zeros((3, 2, 1))})},
 })
 
+
+# --- issue 24: theory.clipped, theory.clip_bias, theory.entropy, theory.sample_weighting
+_LOGITS_BAD = {"nan": [NAN, 0.0, 0.0], "None": None, "str": "abc", "bool": True,
+               "inf": [INF, 0.0, 0.0], "scalar": 1.0, "empty": [], "object": [0.1, None, 0.3],
+               "complex": [0.1 + 1j, 0.0, 0.0]}
+_POINTS_BAD = {"nan": [0.5, NAN, 0.3, 0.2], "None": None, "str": "abc", "bool": True,
+               "inf": [0.5, INF, 0.3, 0.2], "object": [0.5, None, 0.3, 0.2],
+               "complex": [0.5 + 1j, 0.4, 0.3, 0.2], "length": [0.5, 0.4, 0.3]}
+# clipped: k in (0, 1] and k_high in (0, inf], both broadcast with the other numbers
+_CLIP_K = _elem(0.2, {"zero": 0.0, "negative": -0.1, "above": 1.5, "inf": INF})
+_TRAIN_MASK = KINDS["success_mask"].bad
+KINDS.update({
+    "pi": _vector(), "pi_old": _vector([0.3, 0.3, 0.4]),
+    "clip_eps_high": Kind(None, {k: v for k, v in _numeric({"zero": 0.0, "negative": -0.1})
+                                 .items() if k != "None"}, optional=True),
+    "lr": _one(0.5, {"negative": -1.0, "inf": INF}),
+    "logits": Kind([0.1, -0.2, 0.3], {**_LOGITS_BAD, "all_minus_inf": [-INF, -INF, -INF]}),
+    "dz": Kind([0.01, -0.02, 0.03], dict(_LOGITS_BAD)),
+    "gradient": _choice("plain"),
+    "entropy": Kind([0.9, 0.7, 0.4, 0.2], {**_POINTS_BAD, "short": [0.9, 0.7],
+                                           "constant": [0.5, 0.5, 0.5, 0.5], "scalar": 0.5}),
+    "reward": Kind([0.2, 0.3, 0.45, 0.6], dict(_POINTS_BAD)),
+    "outputs": Kind([0, 1, 2, 0], {"None": None, "str": "0", "bool": [True, False, True, False],
+                                   "float": [0.0, 1.0, 2.0, 0.0], "negative": [-1, 0, 1, 2],
+                                   "out_of_range": [0, 1, 3, 0], "scalar": 0, "empty": [],
+                                   "length": [0, 1, 2]}),
+    "advantages": Kind([1.0, -1.0, 0.5, -0.5], {**_POINTS_BAD, "length": [1.0, -1.0, 0.5]}),
+    "variant": Kind("grpo", {"unknown": "bogus", "None": None, "int": 3, "bool": True,
+                             "three": (1.0, 1.0, 1.0), "one": (1.0,)}),
+    "n_rounds": _count(2, 0), "mu": _count(1, 1),
+    "unlikeliness": _elem(0.5, {"negative": -0.5, "inf": INF}),
+    "k": _elem(4.0, {"negative": -1.0, "inf": INF}),
+    "z": Kind([0.1, -0.2, 0.3], {k: v for k, v in _LOGITS_BAD.items()
+                                 if k not in ("scalar", "empty")}),
+    "advantage": Kind([1.0, -0.5, -0.5], {"nan": [NAN, 0.0, 0.0], "None": None, "str": "x",
+                                          "bool": True, "inf": [INF, 0.0, 0.0],
+                                          "length": [1.0, 0.0]}),
+    "pair": Kind(None, {"one": (0,), "three": (0, 1, 2), "out_of_range": (0, 5),
+                        "float": (0.5, 1), "failure": (0, 2), "same": (0, 0),
+                        "negative": (-1, 0)}, optional=True),
+})
+_ENTROPY_STEP = {"lr": _elem(0.5, {"zero": 0.0, "negative": -1.0, "inf": INF})}
+_STEP_LOGITS = Kind([0.1, -0.2, 0.3], {**_LOGITS_BAD, "minus_inf": [-INF, 0.0, 0.0]})
+_GROUP_LOGITS = Kind([0.1, -0.2, 0.3], {**_LOGITS_BAD, "length": [0.0, 0.0]})
+_SCALAR_P_HALF = _one(0.5, PROB)
+OVERRIDES.update({
+    # theory.clipped
+    "clipped_surrogate": {"clip_eps": _CLIP_K, "advantage": _elem(0.5, {"inf": INF})},
+    "clipped_objective": {"clip_eps": _CLIP_K},
+    "clipped_round_policy": {"clip_eps": _CLIP_K},
+    "clipped_pos_map": {"clip_eps": _CLIP_K},
+    "clipped_pos_map_logit": {"clip_eps": _CLIP_K},
+    # n_steps rounds of a closed-form map: no memory to size, so no "huge" count
+    "clipped_iterate_logit": {"clip_eps": _CLIP_K, "n_steps": _count(3, 0)},
+    "clipped_fixed_points": {"clip_eps": _CLIP_K},
+    "clipped_fixed_points_logit": {"clip_eps": _CLIP_K},
+    # theory.clip_bias
+    "enumerate_groups": {"p": _SCALAR_P_HALF},
+    "expected_drift": {"p": _SCALAR_P_HALF},
+    "group_surrogate": {"logits": _GROUP_LOGITS},
+    "group_surrogate_gradient": {"logits": _GROUP_LOGITS},
+    # theory.entropy
+    "grpo_logit_step": {**_ENTROPY_STEP, "logits": _STEP_LOGITS},
+    "step_entropy_covariance": {**_ENTROPY_STEP, "logits": _STEP_LOGITS},
+    "exact_gradient_run": dict(_ENTROPY_STEP),
+    "compare_entropy_laws": {
+        "entropy": Kind([[0.9, 0.7, 0.4, 0.2], [1.0, 0.6, 0.5, 0.1]],
+                        {k: [v, v] if isinstance(v, list) else v
+                         for k, v in KINDS["entropy"].bad.items()}),
+        "reward": Kind([[0.2, 0.3, 0.45, 0.6], [0.1, 0.35, 0.4, 0.7]],
+                       {k: [v, v] if isinstance(v, list) else v
+                        for k, v in KINDS["reward"].bad.items()})},
+    # theory.sample_weighting
+    "log_ratio_drift": {"a": Kind(0, {**_count(0, 0).bad, "above": 3}),
+                        "b": Kind(1, {**_count(1, 0).bad, "above": 3})},
+    "softmax_objective": {"beta": _elem(1.0, {"negative": -1.0, "inf": INF})},
+    "softmax_gradient": {"beta": _elem(1.0, {"negative": -1.0, "inf": INF})},
+    "weighted_fixed_points_logit": {"logit_p_ref": _one(-1.0, {}), "beta": _one(1.0, BETA)},
+    # one 1-D policy with two correct outputs of unequal reference probability
+    "expected_gradient_training": {
+        "pi_ref": _vector([0.5, 0.3, 0.2]),
+        "success_mask": Kind([1, 1, 0], dict(_TRAIN_MASK), vector=True),
+        "beta": _one(1.0, {"negative": -1.0, "inf": INF}),
+        "lr": _one(0.25, {"zero": 0.0, "negative": -1.0, "inf": INF}),
+        "unlikeliness": _one(0.0, {"negative": -0.5, "inf": INF})},
+})
+NOT_CALLABLE_WITH_INPUT |= {"ClipDrift", "EnumeratedGroups", "EntropyRun", "EntropyLawFit",
+                            "EntropyLawComparison", "GRADIENTS", "VARIANT_SCALES",
+                            "TrainingPath"}
 
 # Result fields that do not depend on the batch of inputs (not empty for an empty batch).
 BATCH_FREE_FIELDS = {"staged_iterate": {"stage"}}
