@@ -463,7 +463,7 @@ class EntropyLawComparison:
     ``standard_error``: its standard error ``std(ddof=1) / sqrt(n_seeds)``;
     ``n_se``: ``difference / standard_error`` (signed; ``+-inf`` for a non-zero
     difference with no spread, 0 for none); ``better``: ``"exponential"``,
-    ``"linear"`` or ``"neither"`` (|n_se| <= 1); ``describes``: True where the
+    ``"linear"`` or ``"neither"`` (``abs(n_se) <= 1``); ``describes``: True where the
     exponential law's residual mean square is below the linear law's by more than
     3 standard errors (the criterion committed for issue 24).
     """
