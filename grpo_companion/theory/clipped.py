@@ -77,6 +77,7 @@ from grpo_companion.validation import (
 
 from .calibration import Calibration, resolve_calibration
 from .logistic import logit
+from .roots import scan_roots
 
 __all__ = [
     "clipped_fixed_points",
@@ -449,42 +450,13 @@ def clipped_fixed_points_logit(
                          "clipped_fixed_points_logit")
     lr, b, k_lo, k_hi = broadcast(logit_p_ref=lr, beta=b, clip_eps=k_lo, clip_eps_high=k_hi)
     shape = lr.shape
-    lr, b, k_lo, k_hi = (x.reshape(-1, 1) for x in (lr, b, k_lo, k_hi))
-    lo_end = lr + cal.omega_inf / b - 1.0
-    hi_end = lr + cal.omega_sup / b + 1.0
-    u = np.linspace(0.0, 1.0, n_grid)
-    a0, a1 = np.arcsinh(lo_end), np.arcsinh(hi_end)
-    grid = np.sinh(a0 + (a1 - a0) * u)
+    lr, b, k_lo, k_hi = (x.reshape(-1) for x in (lr, b, k_lo, k_hi))
 
-    def g(x, lr_, b_, lo_, hi_):
-        return _clipped_map_logit(x, lr_, b_, lo_, hi_, cal) - x
+    def g(x, cells):
+        return _clipped_map_logit(x, lr[cells], b[cells], k_lo[cells], k_hi[cells], cal) - x
 
-    s = np.sign(g(grid, lr, b, k_lo, k_hi))
-    cell, j = np.nonzero(s[:, :-1] * s[:, 1:] < 0)
-    left, right = grid[cell, j], grid[cell, j + 1]
-    s_left = s[cell, j]
-    args = (lr[cell, 0], b[cell, 0], k_lo[cell, 0], k_hi[cell, 0])
-    for _ in range(2200):  # each halving, or a step to an adjacent float, shrinks the bracket
-        mid = 0.5 * (left + right)
-        active = (mid > left) & (mid < right)
-        if not active.any():
-            break
-        s_mid = np.sign(g(mid, *args))
-        go_right = (s_mid == s_left) & active
-        go_left = (s_mid != s_left) & active
-        left = np.where(go_right, mid, left)
-        right = np.where(go_left, mid, right)
-    roots = 0.5 * (left + right)
-    exact_cell, exact_j = np.nonzero(s == 0)
-    cell = np.concatenate([cell, exact_cell])
-    roots = np.concatenate([roots, grid[exact_cell, exact_j]])
-    order = np.lexsort((roots, cell))
-    cell, roots = cell[order], roots[order]
-    counts = np.bincount(cell, minlength=lr.shape[0])
-    width = int(counts.max()) if counts.size else 0
-    out = np.full((lr.shape[0], width), np.nan)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    out[cell, np.arange(cell.size) - starts[cell]] = roots
+    out = scan_roots(g, lr + cal.omega_inf / b - 1.0, lr + cal.omega_sup / b + 1.0, n_grid)
+    width = out.shape[-1]
     out = out.reshape(*shape, width)
     if not shape:
         return out[~np.isnan(out)]

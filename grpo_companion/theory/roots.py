@@ -40,6 +40,48 @@ __all__ = ["fixed_points", "fixed_points_logit"]
 _XTOL = 4.0 * np.finfo(np.float64).eps
 
 
+def scan_roots(
+    g: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    lo_end: np.ndarray,
+    hi_end: np.ndarray,
+    n_grid: int,
+) -> np.ndarray:
+    """Every root of ``g`` on ``[lo_end, hi_end]`` per cell, by sign changes and bisection.
+
+    ``lo_end`` and ``hi_end`` are 1-D (one entry per cell); ``g(x, cells)`` evaluates cell
+    ``cells`` at ``x`` elementwise (``cells`` broadcasts against ``x``). ``g`` is scanned on
+    ``n_grid`` points per cell, evenly spaced in ``asinh x`` (fine near 0, logarithmic far
+    out), and each bracket with a sign change is bisected to adjacent floats, all brackets
+    at once. Two roots closer than the grid spacing (near a saddle-node) can be missed.
+    Returns shape ``(cells, width)``, each row sorted and padded with NaN. Used by the maps
+    of :mod:`grpo_companion.theory.clipped` and :mod:`grpo_companion.theory.sample_weighting`.
+    """
+    n = lo_end.shape[0]
+    a0, a1 = np.arcsinh(lo_end)[:, None], np.arcsinh(hi_end)[:, None]
+    grid = np.sinh(a0 + (a1 - a0) * np.linspace(0.0, 1.0, n_grid))
+    s = np.sign(g(grid, np.arange(n)[:, None]))
+    cell, j = np.nonzero(s[:, :-1] * s[:, 1:] < 0)
+    left, right, s_left = grid[cell, j], grid[cell, j + 1], s[cell, j]
+    for _ in range(2200):  # each halving, or a step to an adjacent float, shrinks the bracket
+        mid = 0.5 * (left + right)
+        active = (mid > left) & (mid < right)
+        if not active.any():
+            break
+        s_mid = np.sign(g(mid, cell))
+        left = np.where((s_mid == s_left) & active, mid, left)
+        right = np.where((s_mid != s_left) & active, mid, right)
+    exact_cell, exact_j = np.nonzero(s == 0)
+    cell = np.concatenate([cell, exact_cell])
+    roots = np.concatenate([0.5 * (left + right), grid[exact_cell, exact_j]])
+    order = np.lexsort((roots, cell))
+    cell, roots = cell[order], roots[order]
+    counts = np.bincount(cell, minlength=n)
+    out = np.full((n, int(counts.max()) if counts.size else 0), np.nan)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    out[cell, np.arange(cell.size) - starts[cell]] = roots
+    return out
+
+
 def _midpoint(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Bisection point in ``asinh`` coordinates: arithmetic for nearby ends, geometric
     for ends of very different size (brackets can reach ``1e150`` when ``eps`` is tiny)."""

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import optimize, special
+from scipy import special
 
 from grpo_companion.validation import (
     broadcast,
@@ -71,6 +71,7 @@ from grpo_companion.validation import (
 
 from .calibration import Calibration, resolve_calibration
 from .policies import optimal_policy, policy_iterate
+from .roots import scan_roots
 
 __all__ = [
     "VARIANT_SCALES",
@@ -282,9 +283,9 @@ def weighted_fixed_points_logit(
 
     Since ``0 <= c+ w+ + c- w- <= (c+ + c-) sup Omega``, every fixed point lies in
     ``[L_ref, L_ref + (c+ + c-) sup Omega / beta]``; ``G(L) = map(L) - L`` is scanned
-    there on ``n_grid`` points (even in ``asinh L``) and each sign change is solved
-    by Brent's method (``xtol = 1e-14 (1 + |L|)``, ``rtol = 1e-15``). Two roots closer than the grid
-    spacing (near a saddle-node) can be missed.
+    there on ``n_grid`` points (even in ``asinh L``) and each sign change is bisected to
+    adjacent floats (:func:`~grpo_companion.theory.roots.scan_roots`). Two roots closer
+    than the grid spacing (near a saddle-node) can be missed.
     """
     c_plus, c_minus = _scales(variant)
     cal = resolve_calibration(calibration, **calibration_kwargs)
@@ -295,17 +296,12 @@ def weighted_fixed_points_logit(
         raise ValueError("calibration must have a bounded Omega (eps > 0 for population "
                          "whitening) for weighted_fixed_points_logit")
     hi = lr + (c_plus + c_minus) * cal.omega_sup / b + 1.0
-    grid = np.sinh(np.linspace(np.arcsinh(lr - 1.0), np.arcsinh(hi), n_grid))
 
-    def g(x):
+    def g(x, cells):
         return weighted_pos_map_logit(x, lr, b, (c_plus, c_minus), calibration=cal) - x
 
-    vals = g(grid)
-    roots = list(grid[vals == 0])
-    for j in np.flatnonzero(vals[:-1] * vals[1:] < 0):
-        roots.append(optimize.brentq(g, grid[j], grid[j + 1],
-                                     xtol=1e-14 * (1 + abs(grid[j])), rtol=1e-15))
-    return np.sort(np.array(roots, dtype=np.float64))
+    roots = scan_roots(g, np.array([lr - 1.0]), np.array([hi]), n_grid)[0]
+    return roots[~np.isnan(roots)]
 
 
 # ------------------------------------------------------------------ pass@k

@@ -110,3 +110,26 @@ def test_policy_iterate_pos_follows_the_logit_iterate(alpha):
 def test_policy_iterate_still_refuses_a_boundary_start_with_eps_zero():
     with pytest.raises(ValueError, match="pi_0"):
         theory.policy_iterate([0.5, 0.5], [True, False], 1.0, 2, pi_0=[1.0, 0.0], eps=0)
+
+
+def test_scan_roots_finds_every_root_per_cell_to_adjacent_floats():
+    """roots.scan_roots (shared by theory.clipped and theory.sample_weighting) against known
+    roots: cos(x / c) has roots at c (pi/2 + k pi); an exact grid zero is kept once."""
+    import math
+
+    from grpo_companion.theory.roots import scan_roots
+
+    c = np.array([1.0, 2.0])
+
+    def g(x, cells):
+        return np.cos(x / c[cells])
+
+    out = scan_roots(g, np.array([0.0, 0.0]), np.array([10.0, 10.0]), 257)
+    for row, scale in zip(out, c, strict=True):
+        want = [scale * (math.pi / 2 + k * math.pi) for k in range(4)
+                if scale * (math.pi / 2 + k * math.pi) < 10.0]
+        got = row[~np.isnan(row)]
+        assert got.size == len(want)
+        assert np.allclose(got, want, rtol=0, atol=4 * np.spacing(10.0))
+    line = scan_roots(lambda x, cells: x - 1.0, np.array([0.0]), np.array([2.0]), 3)
+    assert line.tolist() == [[1.0]]  # bisection reaches a representable root exactly
