@@ -284,7 +284,7 @@ def weighted_fixed_points_logit(
     Since ``0 <= c+ w+ + c- w- <= (c+ + c-) sup Omega``, every fixed point lies in
     ``[L_ref, L_ref + (c+ + c-) sup Omega / beta]``; ``G(L) = map(L) - L`` is scanned
     there on ``n_grid`` points (even in ``asinh L``) and each sign change is bisected to
-    adjacent floats (:func:`~grpo_companion.theory.roots.scan_roots`). Two roots closer
+    adjacent floats (``theory.roots.scan_roots``). Two roots closer
     than the grid spacing (near a saddle-node) can be missed.
     """
     c_plus, c_minus = _scales(variant)
