@@ -12,6 +12,8 @@ module existed (benchmarks/results/beyond_expectations.md, section 6) for a
   an independent implementation of the steps (gradient by the chain rule through
   ``pi``, advantages whitened by hand), within 3 standard errors (the committed
   criterion);
+- :func:`clip_bias.sampled_drift`, the library's Monte Carlo counterpart, against the
+  enumeration within 4 standard errors (``mu`` in {1, 4}, with and without clipping);
 - the committed expectations. Three are false and kept as ``xfail(strict=True)``
   beside a passing test of what is true:
 
@@ -167,6 +169,40 @@ def test_exact_drift_against_monte_carlo(mu, lr, kappa):
     assert np.all(np.abs(mean - exact) <= 3 * se), (mean - exact) / se
     # and the sample resolves the drift: the high-prior output's is > 5 SE from zero
     assert abs(mean[0] - OLD[0]) > 5 * se[0]
+
+
+@pytest.mark.parametrize("kappa", [KAPPA, None])
+@pytest.mark.parametrize("mu", [1, 4])
+def test_sampled_drift_agrees_with_enumeration(mu, kappa):
+    n = 20_000
+    mc = clip_bias.sampled_drift(OLD, n_steps=mu, lr=2.0, clip_eps=kappa, group_size=G, p=Q,
+                                 n_samples=n, seed=7)
+    exact = _drift(mu, 2.0, kappa)
+    assert mc.n_samples == n and mc.policy_drift.shape == (OLD.size,)
+    assert np.all(np.abs(mc.policy_drift - exact.policy_drift) <= 4 * mc.policy_drift_se)
+    assert np.all(np.abs(mc.logit_drift - exact.logit_drift) <= 4 * mc.logit_drift_se)
+    np.testing.assert_allclose(mc.logit_drift.sum(), 0.0, atol=1e-12)
+    # the sample resolves the policy drift of the high-prior output (> 4 SE from zero)
+    assert abs(mc.policy_drift[0]) > 4 * mc.policy_drift_se[0]
+    if kappa is None:
+        assert mc.clipped_fraction == 0.0
+    elif mu > 1:
+        assert abs(mc.clipped_fraction - exact.clipped_fraction) < 0.02
+    # deterministic given the seed
+    again = clip_bias.sampled_drift(OLD, n_steps=mu, lr=2.0, clip_eps=kappa, group_size=G,
+                                    p=Q, n_samples=n, seed=7)
+    np.testing.assert_array_equal(again.policy_drift, mc.policy_drift)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"n_samples": 1}, "n_samples"), ({"n_samples": 10**15}, "n_samples"),
+    ({"n_samples": 2.5}, "n_samples"), ({"seed": -1}, "seed"), ({"seed": None}, "seed"),
+    ({"lr": -1.0}, "lr"), ({"p": 1.5}, "p"), ({"group_size": 1}, "group_size"),
+    ({"group_size": 10**15}, "group_size"), ({"clip_eps": -0.1}, "clip_eps")])
+def test_sampled_drift_bad_input(kwargs, name):
+    args = {"n_steps": 2, "lr": 1.0, "n_samples": 10} | kwargs
+    with pytest.raises(ValueError, match=name):
+        clip_bias.sampled_drift(OLD, **args)
 
 
 # ----------------------------------------------------- committed expectations
