@@ -70,18 +70,23 @@ from grpo_companion.validation import (
 )
 
 from .calibration import Calibration, resolve_calibration
+from .normalizations import NORMALIZATIONS, Ops, register_normalization
 from .policies import optimal_policy, policy_iterate
 from .roots import scan_roots
 
 __all__ = [
+    "SAMPLE_VARIANTS",
     "VARIANT_SCALES",
     "TrainingPath",
     "calibrated_advantage",
     "expected_gradient_training",
     "log_fail_at_k",
     "log_ratio_drift",
+    "negative_only_gains",
     "pass_at_k",
     "pass_at_k_of_logit",
+    "positive_only_gains",
+    "register_sample_variants",
     "softmax_gradient",
     "softmax_objective",
     "weighted_fixed_points_logit",
@@ -89,6 +94,7 @@ __all__ = [
     "weighted_policy_iterate",
     "weighted_pos_map_logit",
     "weighted_round_policy",
+    "w_reinforce_gains",
 ]
 
 #: ``(c+, c-)``: the scales of the positive (``w+``) and negative (``w-``) sample terms.
@@ -302,6 +308,85 @@ def weighted_fixed_points_logit(
 
     roots = scan_roots(g, np.array([lr - 1.0]), np.array([hi]), n_grid)[0]
     return roots[~np.isnan(roots)]
+
+
+# ------------------------------------- the variants as registered normalisations
+def _scaled_whitening(succ: Any, fail: Any, n: int | None, cal: Any, ops: Ops,
+                      c_plus: float, c_minus: float) -> tuple[Any, Any]:
+    plus, minus = NORMALIZATIONS["mean_std"].gains(succ, fail, n, cal, ops)
+    return c_plus * plus, c_minus * minus
+
+
+def positive_only_gains(succ: Any, fail: Any, n: int | None, cal: Any,
+                        ops: Ops) -> tuple[Any, Any]:
+    """PSR as a normalisation: the paper's whitening (eq. 4) on successes, 0 on failures.
+
+    ``(c+, c-) = (1, 0)`` of :data:`VARIANT_SCALES`: a success in a group of ``n``
+    with ``k`` successes gets ``+plus(k, n)`` of ``"mean_std"``, a failure 0. In the
+    form :func:`~grpo_companion.theory.register_normalization` takes (runs on numpy
+    arrays and SymPy symbols; registered by :func:`register_sample_variants`).
+    """
+    return _scaled_whitening(succ, fail, n, cal, ops, *VARIANT_SCALES["positive"])
+
+
+def negative_only_gains(succ: Any, fail: Any, n: int | None, cal: Any,
+                        ops: Ops) -> tuple[Any, Any]:
+    """NSR as a normalisation: 0 on successes, the paper's whitening (eq. 4) on failures.
+
+    ``(c+, c-) = (0, 1)`` of :data:`VARIANT_SCALES`; see :func:`positive_only_gains`.
+    """
+    return _scaled_whitening(succ, fail, n, cal, ops, *VARIANT_SCALES["negative"])
+
+
+def w_reinforce_gains(succ: Any, fail: Any, n: int | None, cal: Any,
+                      ops: Ops) -> tuple[Any, Any]:
+    """W-REINFORCE as taken here: the whitened success gain times 0.1, the failure's kept.
+
+    ``(c+, c-) = (0.1, 1)`` of :data:`VARIANT_SCALES` (module docstring: Zhu et al.'s
+    ``lambda = 0.1`` on the calibrated ``w+`` term); see :func:`positive_only_gains`.
+    """
+    return _scaled_whitening(succ, fail, n, cal, ops, *VARIANT_SCALES["w_reinforce"])
+
+
+#: Registered name -> (``gains`` function, key of :data:`VARIANT_SCALES`), for
+#: :func:`register_sample_variants`.
+SAMPLE_VARIANTS: dict[str, tuple[Any, str]] = {
+    "positive_only": (positive_only_gains, "positive"),
+    "negative_only": (negative_only_gains, "negative"),
+    "w_reinforce": (w_reinforce_gains, "w_reinforce"),
+}
+
+
+def register_sample_variants() -> tuple[str, ...]:
+    """Register positive-only, negative-only and W-REINFORCE as normalisations; idempotent.
+
+    Registers each name of :data:`SAMPLE_VARIANTS` with
+    :func:`~grpo_companion.theory.register_normalization` unless it is already
+    registered with the same ``gains`` function, and returns the names, so that
+    ``Calibration(normalization="negative_only")`` (and the trainer's
+    ``--normalization``) run the variant. Population weights are ``(c+ w+, c- w-)``
+    of eq. (4), finite groups the scaled whitening of the group's own mean and
+    standard deviation. Nothing is registered at import: call this first.
+
+    Raises
+    ------
+    ValueError
+        If one of the names is registered with another ``gains`` function.
+    """
+    for name, (gains, key) in SAMPLE_VARIANTS.items():
+        entry = NORMALIZATIONS.get(name)
+        if entry is not None:
+            if entry.gains is not gains:
+                raise ValueError(f"a normalisation named {name!r} is already registered with "
+                                 f"another gains function ({entry.gains!r}); unregister it "
+                                 "before calling register_sample_variants")
+            continue
+        c_plus, c_minus = VARIANT_SCALES[key]
+        register_normalization(
+            name, gains, uses_eps=True, uses_ddof=True,
+            summary=(f"GRPO's whitening (eq. 4) with the success gain times {c_plus:g} and "
+                     f"the failure gain times {c_minus:g} ({key} samples, issue 24)"))
+    return tuple(SAMPLE_VARIANTS)
 
 
 # ------------------------------------------------------------------ pass@k

@@ -16,6 +16,8 @@ Sampled training (section 3, third bullet) is not built: its test is skipped.
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from scipy import optimize, special
@@ -279,6 +281,78 @@ def test_fixed_points_found_are_fixed():
             step = sw.weighted_pos_map_logit(roots, lr, beta, v) - roots
             # Brent's bracket (1e-14 (1 + |L|)) times the map's slope (<= ~ sup Omega' / beta)
             assert np.all(np.abs(step) <= 1e-9 * (1 + np.abs(roots)))
+
+
+# ---------------------------- section 4: the variants as registered normalisations
+REGISTERED = {"positive_only": "positive", "negative_only": "negative",
+              "w_reinforce": "w_reinforce"}
+
+
+@pytest.fixture
+def sample_variants():
+    before = set(theory.NORMALIZATIONS)
+    names = sw.register_sample_variants()
+    yield names
+    for name in names:
+        if name not in before:
+            theory.unregister_normalization(name)
+
+
+def test_register_sample_variants_is_idempotent(sample_variants):
+    assert sample_variants == tuple(REGISTERED)
+    entries = [theory.NORMALIZATIONS[n] for n in sample_variants]
+    assert sw.register_sample_variants() == sample_variants
+    assert [theory.NORMALIZATIONS[n] for n in sample_variants] == entries
+
+
+def test_register_sample_variants_refuses_a_taken_name():
+    assert "negative_only" not in theory.NORMALIZATIONS  # nothing registered at import
+    theory.register_normalization("negative_only", lambda s, f, n, cal, ops: (f, s),
+                                  summary="test only")
+    try:
+        with pytest.raises(ValueError, match="negative_only"):
+            sw.register_sample_variants()
+    finally:
+        for name in REGISTERED:
+            if name in theory.NORMALIZATIONS:
+                theory.unregister_normalization(name)
+
+
+@pytest.mark.parametrize("name", tuple(REGISTERED))
+def test_registered_variant_weights_are_scaled_whitening(sample_variants, name):
+    c_plus, c_minus = sw.VARIANT_SCALES[REGISTERED[name]]
+    logits = np.linspace(-12.0, 12.0, 97)
+    for kw in (dict(), dict(eps=1e-3, eps_placement="std"), dict(group_size=6, ddof=1)):
+        cal = theory.Calibration(normalization=name, **kw)
+        ref = theory.Calibration(**kw)
+        w_plus, w_minus = cal.weights_of_logit(logits)
+        r_plus, r_minus = ref.weights_of_logit(logits)
+        np.testing.assert_allclose(w_plus, c_plus * r_plus, rtol=1e-13, atol=0)
+        np.testing.assert_allclose(w_minus, c_minus * r_minus, rtol=1e-13, atol=0)
+    # group advantages: the scaled whitened ones
+    r = np.array([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    a = theory.group_advantages(r, normalization=name)
+    whitened = theory.group_advantages(r)
+    np.testing.assert_allclose(a, np.where(r == 1, c_plus, c_minus) * whitened, rtol=1e-14,
+                               atol=0)
+    # module-level gains: a calibration bound to them pickles (spawned workers unpickle it)
+    cal = theory.Calibration(normalization=name)
+    assert pickle.loads(pickle.dumps(cal)) == cal
+
+
+@pytest.mark.parametrize("name", tuple(REGISTERED))
+@pytest.mark.parametrize(("p_ref", "beta"), GRID)
+def test_registered_variant_pos_map_is_the_weighted_map(sample_variants, name, p_ref, beta):
+    cal = theory.Calibration(normalization=name)
+    lr = theory.logit(p_ref)
+    logits = np.linspace(-8.0, 8.0, 65)
+    lib = theory.pos_map_logit(logits, lr, beta, calibration=cal)
+    ours = sw.weighted_pos_map_logit(logits, lr, beta, REGISTERED[name])
+    np.testing.assert_allclose(lib, ours, rtol=1e-12, atol=1e-12)
+    path = theory.iterate_logit(lr, lr, beta, 20, calibration=cal)
+    np.testing.assert_allclose(path, sw.weighted_iterate_logit(lr, lr, beta, 20,
+                                                               REGISTERED[name]),
+                               rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("bad", [
