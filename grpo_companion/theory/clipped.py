@@ -53,10 +53,17 @@ everywhere and **the clipped map has exactly the unclipped fixed points** (for
 ``p_n <= (1 + k_high) p_{n-1}`` when ``p_{n-1} >= 1/2``), but not both caps at
 once: below 1/2 the success mass may pass ``(1 + k_high) p_{n-1}`` (its term is
 then flat) while the failures' term still pushes (``L_new = l_1``).
+
+**The optimiser instead of the optimum** (:func:`expected_clipped_training`). A
+trainer does not solve the round: it takes ``mu`` Adam steps on the sampled
+clipped objective, Adam's state carrying over between rounds. Its deterministic
+counterpart takes those steps on the *expected* objective, :func:`clipped_objective`
+with the finite-group weights ``w+_G, w-_G`` at the round's ``p``, for two outputs.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -88,6 +95,7 @@ __all__ = [
     "clipped_pos_map_logit",
     "clipped_round_policy",
     "clipped_surrogate",
+    "expected_clipped_training",
 ]
 
 
@@ -478,3 +486,157 @@ def clipped_fixed_points(
     return special.expit(clipped_fixed_points_logit(
         lr, beta, clip_eps, clip_eps_high=clip_eps_high, n_grid=n_grid,
         calibration=calibration, **calibration_kwargs))
+
+
+# ------------------------------------------------- mu Adam steps per round
+def _check_adam_betas(adam_betas: Any) -> tuple[float, float]:
+    """``(beta1, beta2)``, each a number in [0, 1)."""
+    valid = "a pair (beta1, beta2) of numbers in [0, 1)"
+    try:
+        if adam_betas is None or isinstance(adam_betas, str | bytes):
+            raise TypeError
+        items = tuple(adam_betas)
+        if len(items) != 2:
+            raise TypeError
+        b1, b2 = (float(check_real("adam_betas", v, 0.0, 1.0, open_high=True, scalar=True))
+                  for v in items)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"adam_betas must be {valid}, got {adam_betas!r}") from err
+    return b1, b2
+
+
+def expected_clipped_training(
+    p_ref: ArrayLike,
+    beta: ArrayLike,
+    clip_eps: ArrayLike,
+    n_iterations: int,
+    mu: int,
+    *,
+    clip_eps_high: ArrayLike | None = None,
+    lr: float = 0.1,
+    adam_betas: tuple[float, float] = (0.9, 0.999),
+    adam_eps: float = 1e-8,
+    n_prompts: int = 1,
+    keep_path: bool = True,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> np.ndarray:
+    """Clipped GRPO trained by ``mu`` Adam steps per iteration on the expected objective.
+
+    The deterministic counterpart of the sampled trainer
+    (``grpo_companion.rl.train`` with ``n_outputs=2, n_success=1, kl="exact",
+    optimizer="adam"``): a tabular softmax policy over one success and one failure
+    output, two free logits per prompt, starting at ``pi_ref``. Iteration ``n``
+    freezes ``pi_old`` (success mass ``p``) and the weights ``w+_G(p), w-_G(p)`` of
+    ``calibration`` (``group_size=G`` gives the exact expected advantages of groups
+    of ``G``; none gives the population weights of eq. (4)), then takes ``mu``
+    steps of Adam (PyTorch's update, with bias correction; its moments and step
+    count carry over from one iteration to the next, as in the trainer) on the loss
+    ``-J(pi) / n_prompts``, with ``J`` the clipped round objective of
+    :func:`clipped_objective`::
+
+        J(x) = w+ min(x, (1 + k_high) p) - w- max(1 - x, (1 - k)(1 - p)) - beta KL(x || p_ref)
+
+    for success mass ``x``. This is the expectation of the trainer's sampled
+    objective: the group surrogate ``(1/G) sum_i min(r_i A_i, clip(r_i) A_i)``
+    is linear in the advantages once the outputs are fixed, a success's advantage
+    is ``>= 0`` (its term is ``A min(r, 1 + k_high)``) and a failure's ``<= 0``
+    (``A max(r, 1 - k)``), and ``E[A | success] = w+_G``,
+    ``E[A | failure] = -w-_G`` (:mod:`grpo_companion.theory.finite_group`), so the
+    sampled objective's mean, and its gradient's mean, are those of ``J``. What the
+    expectation leaves out is the noise, which Adam and the clip do not average
+    linearly.
+
+    With two outputs the loss depends on ``L = z_s - z_f`` only, its gradients
+    in the two logits are opposite, and so are Adam's steps (it acts per
+    coordinate and is odd in the gradient): ``L`` moves by twice the success
+    logit's step. The gradient is ``dJ/dL = x (1 - x) [w+ 1{x < (1 + k_high) p}
+    + w- 1{1 - x > (1 - k)(1 - p)} - beta (L - L_ref)]`` (a clipped term has zero
+    gradient, as in the trainer's ``min``). A state where ``L`` stays put has zero
+    gradient at ratio 1, where no clip is active, so the only rest points are the
+    fixed points of the unclipped finite-group recurrence (Theorem 2 with
+    ``w+_G, w-_G``), whatever ``k``; a run that keeps oscillating may average
+    elsewhere.
+
+    Parameters
+    ----------
+    p_ref : array_like
+        Reference PoS in (0, 1), the start of every run.
+    beta : array_like
+        KL strength, ``> 0`` and finite.
+    clip_eps : array_like
+        ``k`` in (0, 1]; ``k = 1`` with ``clip_eps_high = inf`` is unclipped
+        training (the trainer's ``clip_eps_low=None``).
+    n_iterations : int
+        Outer iterations, ``>= 0``.
+    mu : int
+        Adam steps per iteration, ``>= 1``.
+    clip_eps_high : array_like, optional
+        ``k_high`` in (0, inf]; default ``clip_eps``.
+    lr : float
+        Adam's learning rate, a finite number ``> 0`` (the trainer's bandit
+        default is 0.1).
+    adam_betas : (float, float)
+        Adam's ``(beta1, beta2)``, each in [0, 1); PyTorch's default.
+    adam_eps : float
+        Adam's ``eps``, a finite number ``>= 0``; PyTorch's default. (With 0, a
+        coordinate that has seen only zero gradients does not move.)
+    n_prompts : int
+        ``>= 1``: the trainer averages its loss over this many prompts, which
+        scales every gradient by ``1 / n_prompts`` (it matters only through
+        ``adam_eps``).
+    keep_path : bool
+        Return every iteration (default) or the last only.
+    calibration : Calibration, optional
+        The advantage weights; or the :class:`~grpo_companion.theory.Calibration`
+        keywords (``eps``, ``group_size``, ...). Default: the paper's, ``eps = 1e-5``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The success mass ``p_n`` after each iteration, shape
+        ``(n_iterations + 1, *broadcast_shape)`` with ``p_ref`` first (the
+        trainer's ``success_prob`` metric), or shape ``broadcast_shape`` when
+        ``keep_path=False``. Costs ``n_iterations * mu`` vectorised steps.
+    """
+    ref = check_probability("p_ref", p_ref, open_interval=True)
+    b = check_beta(beta)
+    k_lo, k_hi = _check_clip(clip_eps, clip_eps_high)
+    n_iterations = check_count("n_iterations", n_iterations, 0)
+    mu = check_count("mu", mu, 1)
+    step_lr = float(check_real("lr", lr, 0.0, open_low=True, scalar=True))
+    b1, b2 = _check_adam_betas(adam_betas)
+    a_eps = float(check_real("adam_eps", adam_eps, 0.0, scalar=True))
+    n_prompts = check_count("n_prompts", n_prompts, 1)
+    keep_path = check_flag("keep_path", keep_path)
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    ref, b, k_lo, k_hi = broadcast(p_ref=ref, beta=b, clip_eps=k_lo, clip_eps_high=k_hi)
+    lr_ref = logit(ref)
+    with np.errstate(over="ignore"):
+        up = 1.0 + k_hi  # inf: no upper clip
+    down = 1.0 - k_lo  # 0: no lower clip
+    lp = lr_ref.copy()
+    m = np.zeros_like(lp)
+    v = np.zeros_like(lp)
+    path = [special.expit(lp)]
+    t = 0
+    for _ in range(n_iterations):
+        p_old = special.expit(lp)
+        q_old = special.expit(-lp)
+        wp, wm = cal.weights_of_logit(lp)
+        with np.errstate(invalid="ignore"):  # inf * 0 cannot occur: p_old > 0
+            cap_s = up * p_old
+        cap_f = down * q_old
+        for _ in range(mu):
+            t += 1
+            x, y = special.expit(lp), special.expit(-lp)
+            push = np.where(x < cap_s, wp, 0.0) + np.where(y > cap_f, wm, 0.0)
+            grad = -(x * y) * (push - b * (lp - lr_ref)) / n_prompts  # d loss / d z_s
+            m = m + (1.0 - b1) * (grad - m)
+            v = b2 * v + (1.0 - b2) * grad * grad
+            denom = np.sqrt(v) / math.sqrt(1.0 - b2 ** t) + a_eps
+            # adam_eps = 0 and no gradient yet: no step (PyTorch would divide 0 by 0)
+            ratio = np.divide(m, denom, out=np.zeros_like(m), where=denom > 0)
+            lp = lp - 2.0 * (step_lr / (1.0 - b1 ** t)) * ratio
+        path.append(special.expit(lp))
+    return np.stack(path) if keep_path else path[-1][()]

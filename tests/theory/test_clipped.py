@@ -369,7 +369,166 @@ def test_surrogate_is_trls_clipped_per_token_loss(tmp_path):
     (lambda: clipped.clipped_fixed_points(0.0, 0.5, 0.2), "p_ref"),
     (lambda: clipped.clipped_fixed_points(0.1, 0.5, 0.2, n_grid=2), "n_grid"),
     (lambda: clipped.clipped_iterate_logit(0.0, 0.0, 0.5, 0.2, -1), "n_steps"),
+    (lambda: clipped.expected_clipped_training(0.0, 2.0, 0.2, 5, 10), "p_ref"),
+    (lambda: clipped.expected_clipped_training(1.0, 2.0, 0.2, 5, 10), "p_ref"),
+    (lambda: clipped.expected_clipped_training(0.1, 0.0, 0.2, 5, 10), "beta"),
+    (lambda: clipped.expected_clipped_training(0.1, 2.0, 0.0, 5, 10), "clip_eps"),
+    (lambda: clipped.expected_clipped_training(0.1, 2.0, 0.2, 5, 10, clip_eps_high=0),
+     "clip_eps_high"),
+    (lambda: clipped.expected_clipped_training(0.1, 2.0, 0.2, -1, 10), "n_iterations"),
+    (lambda: clipped.expected_clipped_training(0.1, 2.0, 0.2, 5, 0), "mu"),
+    (lambda: clipped.expected_clipped_training(0.1, 2.0, 0.2, 5, 1.5), "mu"),
+    (lambda: clipped.expected_clipped_training(0.1, 2.0, 0.2, 5, 10, lr=0), "lr"),
+    (lambda: clipped.expected_clipped_training(0.1, 2.0, 0.2, 5, 10, lr=np.inf), "lr"),
+    (lambda: clipped.expected_clipped_training(0.1, 2.0, 0.2, 5, 10, adam_betas=(0.9, 1.0)),
+     "adam_betas"),
+    (lambda: clipped.expected_clipped_training(0.1, 2.0, 0.2, 5, 10, adam_betas=(0.9,)),
+     "adam_betas"),
+    (lambda: clipped.expected_clipped_training(0.1, 2.0, 0.2, 5, 10, adam_eps=-1e-8),
+     "adam_eps"),
+    (lambda: clipped.expected_clipped_training(0.1, 2.0, 0.2, 5, 10, n_prompts=0),
+     "n_prompts"),
+    (lambda: clipped.expected_clipped_training(0.1, 2.0, 0.2, 5, 10, keep_path=1),
+     "keep_path"),
+    (lambda: clipped.expected_clipped_training(0.1, 2.0, 0.2, 5, 10, group_size=1),
+     "group_size"),
 ])
 def test_bad_inputs_name_the_parameter(call, name):
     with pytest.raises(ValueError, match=rf"^{name}\b"):
         call()
+
+
+# ------------------------------------------- mu Adam steps on the expected objective
+def _torch_expected_training(p_ref, beta, kappa, kappa_high, n_iter, mu, group_size, lr):
+    """Independent reference: two softmax logits per prompt, PyTorch's own Adam, and the
+    expected clipped objective written as the ``pi_old``-weighted PPO minimum with
+    advantages ``+w+_G`` (success) and ``-w-_G`` (failure), its gradient by autograd; the
+    loss is the mean over the prompts, as the trainer's."""
+    torch = pytest.importorskip("torch")
+    cal = theory.Calibration(eps=1e-5, group_size=group_size)
+    ref = torch.tensor(np.stack([p_ref, 1 - p_ref], -1), dtype=torch.float64)
+    z = torch.nn.Parameter(torch.log(ref).clone())
+    opt = torch.optim.Adam([z], lr=lr)
+    path = [np.asarray(p_ref, float)]
+    for _ in range(n_iter):
+        with torch.no_grad():
+            old = torch.softmax(z, -1).clone()
+        w_plus, w_minus = cal.weights(old[:, 0].numpy())
+        adv = torch.tensor(np.stack([w_plus, -w_minus], -1))
+        for _ in range(mu):
+            pi = torch.softmax(z, -1)
+            ratio = pi / old
+            surr = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - kappa, 1 + kappa_high) * adv)
+            kl = (pi * (torch.log(pi) - torch.log(ref))).sum(-1)
+            loss = -((old * surr).sum(-1) - beta * kl).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        path.append(torch.softmax(z, -1)[:, 0].detach().numpy().copy())
+    return np.stack(path)
+
+
+@pytest.mark.parametrize(("kappa", "kappa_high", "group_size"),
+                         [(0.2, 0.2, 4), (0.2, 0.2, 16), (0.1, 0.3, 8), (1.0, np.inf, 4)])
+def test_expected_training_is_torch_adam_on_the_expected_objective(kappa, kappa_high,
+                                                                   group_size):
+    p_ref = np.array([0.02, 0.05, 0.3, 0.6])
+    want = _torch_expected_training(p_ref, 2.0, kappa, kappa_high, 12, 10, group_size, 0.1)
+    got = clipped.expected_clipped_training(p_ref, 2.0, kappa, 12, 10, clip_eps_high=kappa_high,
+                                            n_prompts=p_ref.size, group_size=group_size)
+    assert got.shape == (13, 4)
+    # same updates, rounded differently (autograd's softmax chain against the closed form)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+
+
+def test_expected_training_gradient_is_the_objectives():
+    """The gradient the function steps along, read off a single SGD-like Adam step
+    (beta1 = beta2 = 0, eps = 0: the step is lr sign(-dJ/dL) in each logit, 2 lr in L),
+    has the sign of the central difference of :func:`clipped_objective` in L."""
+    rng = np.random.default_rng(5)
+    p_ref = rng.uniform(0.02, 0.9, 50)
+    beta = rng.uniform(0.2, 3.0, 50)
+    lr = 1e-3
+    new = clipped.expected_clipped_training(p_ref, beta, 0.2, 1, 1, lr=lr, adam_betas=(0, 0),
+                                            adam_eps=0.0, keep_path=False, group_size=8)
+    step = special.logit(new) - special.logit(p_ref)
+    w_plus, w_minus = theory.weights(p_ref, group_size=8)
+    h = 1e-6
+
+    def j(lx):
+        x = special.expit(lx)
+        pi = np.stack([x, 1 - x], -1)
+        old = np.stack([p_ref, 1 - p_ref], -1)
+        return clipped.clipped_objective(pi, old, old, [1, 0], beta, 0.2, w_plus, w_minus)
+
+    lp = special.logit(p_ref)
+    slope = (j(lp + h) - j(lp - h)) / (2 * h)
+    np.testing.assert_allclose(step, 2 * lr * np.sign(slope), rtol=1e-9)
+
+
+def test_expected_training_clip_is_idle_with_one_step():
+    """mu = 1: the only step is taken at ratio 1, so clipping changes nothing (bitwise)."""
+    p_ref = np.array([0.05, 0.3, 0.6])
+    a = clipped.expected_clipped_training(p_ref, 2.0, 0.2, 60, 1, n_prompts=24, group_size=4)
+    b = clipped.expected_clipped_training(p_ref, 2.0, 1.0, 60, 1, clip_eps_high=np.inf,
+                                          n_prompts=24, group_size=4)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_expected_training_settles_at_the_finite_group_fixed_point():
+    """G = 4 and 16, beta = 2: clipped and unclipped mu = 10 training rest at the unclipped
+    finite-group fixed point (the only rest points; module docstring)."""
+    for g in (4, 16):
+        cal = theory.Calibration(eps=1e-5, group_size=g)
+        fp = theory.fixed_points(0.05, 2.0, calibration=cal)[0]
+        path = clipped.expected_clipped_training(0.05, 2.0, np.array([0.2, 1.0]), 300, 10,
+                                                 clip_eps_high=np.array([0.2, np.inf]),
+                                                 n_prompts=24, calibration=cal)
+        assert np.abs(path[-40:] - fp).max() <= 1e-6
+
+
+def test_expected_training_keeps_oscillating_at_large_groups():
+    """G = 64: the mu = 10 Adam iteration has no stable rest point; it swings around the
+    fixed point, less with the clip, whose time average then sits below the unclipped one
+    (benchmarks/results/clipped_mu10.md)."""
+    path = clipped.expected_clipped_training(0.05, 2.0, np.array([1.0, 0.2]), 1500, 10,
+                                             clip_eps_high=np.array([np.inf, 0.2]),
+                                             n_prompts=24, group_size=64)
+    tail = path[500:]
+    swing = tail.max(0) - tail.min(0)
+    assert swing[0] > 0.1 and 0.01 < swing[1] < swing[0]
+    shift = tail[:, 1].mean() - tail[:, 0].mean()
+    assert -0.007 < shift < -0.003
+
+
+@pytest.mark.slow
+def test_expected_training_is_the_large_group_limit_of_sampled_training():
+    """The trainer's sampled runs (chapter 7's bandit, p_ref = 0.05, beta = 2, Adam with
+    mu = 10, lr 0.1): without clipping and with G = 4096 their mean PoS over 72 prompts
+    follows the expected training for the first iterations, within 4 standard errors (six
+    comparisons). With the clip at kappa = 0.2 and G = 4 the limit (mean of the last 40 of
+    100 iterations) lies far below the expected training's: the clip's effect there comes
+    from the sampling noise."""
+    torch = pytest.importorskip("torch")
+    import dataclasses
+
+    from grpo_companion.rl import TrainConfig, train
+
+    torch.set_num_threads(1)
+    base = TrainConfig(n_prompts=24, n_outputs=2, n_success=1, p_ref=(0.05,), iterations=6,
+                       beta=2.0, eps=1e-5, kl="exact", dtype="float64", progress=False, mu=10,
+                       optimizer="adam", clip_eps_low=None, group_size=4096)
+    runs = [train(dataclasses.replace(base, seed=s)).metrics["success_prob"] for s in range(3)]
+    pos = np.concatenate(runs, axis=1)
+    want = clipped.expected_clipped_training(0.05, 2.0, 1.0, 6, 10, clip_eps_high=np.inf,
+                                             n_prompts=24, group_size=4096)
+    se = pos.std(1, ddof=1) / np.sqrt(pos.shape[1])
+    assert np.all(np.abs(pos.mean(1) - want)[1:] <= 4 * se[1:])
+
+    small = dataclasses.replace(base, iterations=100, group_size=4, clip_eps_low=0.2)
+    tails = np.concatenate([train(dataclasses.replace(small, seed=s)).metrics["success_prob"]
+                            [-40:].mean(0) for s in range(2)])
+    expected = clipped.expected_clipped_training(0.05, 2.0, 0.2, 100, 10, n_prompts=24,
+                                                 group_size=4)[-40:].mean()
+    se_tail = tails.std(ddof=1) / np.sqrt(tails.size)
+    assert tails.mean() < expected - 10 * se_tail
