@@ -11,7 +11,9 @@ Items 3 and 4; the expectations were committed before this module existed
 - pass@k against a Monte Carlo at a fixed seed (4 standard errors) and its limits;
 - the committed expectations of sections 3 and 4 (one is false: xfail strict).
 
-Sampled training (section 3, third bullet) is not built: its test is skipped.
+- sampled training against a loop implementation (1e-12), its mu = 1 expected update
+  against the finite-group expected gradient (4 standard errors), and the committed
+  expectations of section 3 for it.
 """
 
 from __future__ import annotations
@@ -200,9 +202,160 @@ def test_committed_beta_zero_drift_grows_without_returning():
     assert run.drift[-1] > run.drift[1000] + 0.5  # still growing (like log t)
 
 
-@pytest.mark.skip(reason="sampled training (section 3, third bullet) is not built")
+# -------------------------------------------------- section 3: sampled training
+def _loop_training(ref, mask, beta, lr, n_rounds, g, n_seeds, mu, gamma, kappa, seed, eps=1e-5):
+    """Independent implementation of sampled_gradient_training: one run at a time, Python
+    loops, the same uniforms (drawn the same way), eq. (4) whitening by hand."""
+    rng = np.random.default_rng(seed)
+    k = ref.size
+    z = np.tile(np.log(ref), (n_seeds, 1))
+    out = [z.copy()]
+    for _ in range(n_rounds):
+        u_all = rng.random((n_seeds, g))
+        for s_ in range(n_seeds):
+            old = special.softmax(z[s_])
+            cdf = np.cumsum(old)
+            o = [min(int(np.sum(u >= cdf)), k - 1) for u in u_all[s_]]
+            good = [bool(mask[j]) for j in o]
+            r = []
+            for i in range(g):
+                if not good[i]:
+                    r.append(0.0)
+                    continue
+                rank = sum(1 for j in range(g) if good[j] and old[o[j]] > old[o[i]])
+                r.append(1.0 - gamma * (g - rank) / g)
+            r = np.array(r)
+            sd = np.sqrt(r.var() + eps)
+            a = np.zeros(g) if np.all(r == r[0]) else (r - r.mean()) / sd
+            zz = z[s_].copy()
+            for _ in range(mu):
+                pi = special.softmax(zz)
+                grad = np.zeros(k)
+                for i in range(g):
+                    x = pi[o[i]] / old[o[i]]
+                    if kappa is not None and ((a[i] > 0 and x > 1 + kappa)
+                                              or (a[i] < 0 and x < 1 - kappa)):
+                        continue
+                    e = np.zeros(k)
+                    e[o[i]] = 1.0
+                    grad += a[i] * x * (e - pi) / g
+                kl_grad = pi * (np.log(pi / ref) - np.sum(pi * np.log(pi / ref)))
+                zz = zz + lr * (grad - beta * kl_grad)
+            z[s_] = zz
+        out.append(z.copy())
+    return np.stack(out)
+
+
+@pytest.mark.parametrize(("mu", "gamma", "kappa"), [(1, 0.0, None), (3, 0.5, 0.2),
+                                                    (2, 1.0, None)])
+def test_sampled_training_matches_a_loop_implementation(mu, gamma, kappa):
+    run = sw.sampled_gradient_training(REF, MASK, 0.5, 0.7, 4, group_size=5, n_seeds=6, mu=mu,
+                                       unlikeliness=gamma, clip_eps=kappa, seed=11)
+    ref = _loop_training(REF, MASK, 0.5, 0.7, 4, 5, 6, mu, gamma, kappa, seed=11)
+    np.testing.assert_allclose(run.logits, ref, rtol=0, atol=1e-12)
+    assert run.pair == (0, 1) and run.drift.shape == run.pos.shape == (5, 6)
+    np.testing.assert_allclose(run.drift, sw.log_ratio_drift(special.softmax(ref, axis=-1),
+                                                             REF, 0, 1), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(eps=1e-3, eps_placement="std", ddof=1),
+                                dict(normalization="mean_only"), dict(normalization="rloo"),
+                                dict(normalization="max_abs")])
+def test_real_reward_advantages_agree_with_the_library_on_binary_rewards(kw):
+    rng = np.random.default_rng(5)
+    r = (rng.random((300, 6)) < 0.4).astype(float)
+    cal = theory.Calibration(**kw)
+    np.testing.assert_allclose(sw._real_advantages(r, cal), theory.group_advantages(r, cal),
+                               rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize(("beta", "g"), [(0.7, 6), (0.0, 3)])
+def test_sampled_mu_one_update_is_the_finite_group_expected_gradient(beta, g):
+    # E[A_i | o_i = o] = +w+_G(p) on a correct o, -w-_G(p) otherwise, and a group's
+    # advantages sum to 0: E[dz] = lr softmax_gradient(z, pi_ref, A_G, beta)
+    z0 = np.log(REF) + np.array([0.3, -0.2, 0.1, 0.0, -0.4])
+    n = 40_000
+    run = sw.sampled_gradient_training(REF, MASK, beta, 0.5, 1, group_size=g, n_seeds=n, z0=z0,
+                                       seed=3)
+    dz = run.logits[1] - run.logits[0]
+    mean, se = dz.mean(0), dz.std(0, ddof=1) / np.sqrt(n)
+    pi = special.softmax(z0)
+    a_g = sw.calibrated_advantage(pi, MASK, calibration=theory.Calibration(group_size=g))
+    exact = 0.5 * sw.softmax_gradient(z0, REF, a_g, beta)
+    assert np.all(np.abs(mean - exact) <= 4 * se), (mean - exact) / se
+    # the test resolves the finite group: the population weights are far outside
+    population = 0.5 * sw.softmax_gradient(z0, REF, sw.calibrated_advantage(pi, MASK), beta)
+    assert np.max(np.abs(mean - population) / se) > 10
+
+
+def test_sampled_training_is_deterministic_and_seeds_are_independent():
+    a = sw.sampled_gradient_training(REF, MASK, 1.0, 0.25, 5, n_seeds=8, seed=2)
+    b = sw.sampled_gradient_training(REF, MASK, 1.0, 0.25, 5, n_seeds=8, seed=2)
+    np.testing.assert_array_equal(a.logits, b.logits)
+    assert len({tuple(a.logits[-1, s]) for s in range(8)}) == 8
+    np.testing.assert_allclose(a.logits[0], np.tile(np.log(REF), (8, 1)), rtol=0, atol=0)
+    one = sw.sampled_gradient_training(REF, MASK, 1.0, 0.25, 0, n_seeds=1)
+    assert one.peak_increment == 0.0 and one.final == 0.0 and np.isinf(one.final_se)
+
+
+# Committed expectations (beyond_expectations.md section 3, third and fourth bullets). The
+# settings: REF, MASK, beta = 1, lr = 0.25, G = 8, 1000 seeds per run (independent seeds
+# between compared runs); the numbers are in the module docstring of sample_weighting.
+SAMPLED = dict(beta=1.0, lr=0.25, group_size=8, n_seeds=1000)
+
+
+def _sampled(n_rounds=400, seed=0, **kw):
+    return sw.sampled_gradient_training(REF, MASK, n_rounds=n_rounds, seed=seed, **(SAMPLED | kw))
+
+
+def test_committed_sampled_drift_peaks_then_returns():
+    run = _sampled()
+    assert run.mean_drift[1] > 3 * run.drift_se[1]
+    assert 10 < run.peak_round < 100 and run.peak > 0.3
+    assert abs(run.final) <= 3 * run.final_se + 1e-3
+
+
+def _excess(lr, n_rounds, seed):
+    run = _sampled(n_rounds=n_rounds, seed=seed, lr=lr)
+    exact = sw.expected_gradient_training(REF, MASK, 1.0, lr, n_rounds,
+                                          calibration=theory.Calibration(group_size=8))
+    logged = np.linspace(0, n_rounds, 17).astype(int)[1:]
+    z = (run.mean_drift - exact.drift)[logged] / run.drift_se[logged]
+    return run, exact, z
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "committed expectation (beyond_expectations.md section 3) that the sampled drift is "
+    "within 3 SE of the expected-gradient drift at each logged step is false at lr = 0.25: "
+    "the sampled drift sits above it (z = 5.6 at round 100 of 400, 1000 seeds; mean excess "
+    "0.008 over the run), an O(lr) sampling effect (see "
+    "test_sampled_drift_excess_is_positive_and_shrinks_with_lr)"))
 def test_committed_sampled_drift_within_three_standard_errors():
-    raise AssertionError
+    _, _, z = _excess(0.25, 400, 0)
+    assert np.all(np.abs(z) <= 3), z
+
+
+def test_sampled_drift_excess_is_positive_and_shrinks_with_lr():
+    run, exact, _ = _excess(0.25, 400, 0)
+    per_seed = (run.drift[1:] - exact.drift[1:, None]).mean(axis=0)  # time-averaged excess
+    mean, se = per_seed.mean(), per_seed.std(ddof=1) / np.sqrt(per_seed.size)
+    assert mean > 3 * se and 0.004 < mean < 0.015
+    # at half the step (twice the rounds) every logged step is within 3 SE
+    _, _, z = _excess(0.125, 800, 5)
+    assert np.all(np.abs(z) <= 3), z
+
+
+def test_committed_unlikeliness_reward_reduces_sampled_peak_drift():
+    plain, bonus = _sampled(seed=1), _sampled(seed=2, unlikeliness=0.5)
+    se = np.hypot(plain.peak_se, bonus.peak_se)
+    assert bonus.peak < plain.peak - 3 * se
+
+
+@pytest.mark.parametrize("mu", [2, 4])
+def test_committed_more_steps_increase_sampled_peak_drift_per_round(mu):
+    base, more = _sampled(seed=3), _sampled(n_rounds=400 // mu, seed=4, mu=mu)
+    se = np.hypot(base.peak_increment_se, more.peak_increment_se)
+    assert more.peak_increment > base.peak_increment + 3 * se
 
 
 def test_committed_unlikeliness_reward_reduces_peak_drift():
@@ -371,3 +524,24 @@ def test_variant_rejects_bad_input():
         sw.weighted_round_policy(REF, REF, MASK, 1.0, (1.0, -1.0))
     with pytest.raises(ValueError, match="k"):
         sw.pass_at_k(0.5, -1)
+
+
+@pytest.mark.parametrize("bad", [
+    dict(n_seeds=0), dict(n_seeds=10**15), dict(group_size=1), dict(group_size=10**15),
+    dict(n_rounds=10**15), dict(unlikeliness=1.5), dict(clip_eps=-0.1), dict(seed=None),
+    dict(z0=[0.0, np.nan, 0.0, 0.0, 0.0]), dict(z0=[0.0, 0.0]), dict(mu=0), dict(lr=0.0),
+    dict(pair=(0, 2))])
+def test_sampled_training_rejects_bad_input(bad):
+    kwargs = dict(beta=1.0, lr=0.1, n_rounds=2, n_seeds=4) | bad
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        sw.sampled_gradient_training(REF, MASK, **kwargs)
+
+
+def test_sampled_training_refuses_unlikeliness_with_a_registered_binary_normalisation(
+        sample_variants):
+    with pytest.raises(ValueError, match="normalization"):
+        sw.sampled_gradient_training(REF, MASK, 1.0, 0.1, 2, unlikeliness=0.5,
+                                     normalization="negative_only")
+    with pytest.raises(ValueError, match="group_size"):
+        sw.sampled_gradient_training(REF, MASK, 1.0, 0.1, 2, group_size=4,
+                                     calibration=theory.Calibration(group_size=6))
