@@ -23,6 +23,11 @@ Statuses
     not evidence for the claim, and not against it.
 ``failed``
     the check did not pass.
+``holds in the toys`` / ``fails in the toys``
+    for the claims of *other* papers held against this book's exactly computable toys
+    (:data:`OTHER_PAPERS`, chapter "Beyond the paper"): whether the claim, as the row
+    states it, is what the exact computation or the enumerated transformer shows. A failure
+    here is a finding about the claim, not a failed check of the book.
 ``not checked``
     no executed chapter recorded this claim.
 
@@ -55,7 +60,9 @@ NOT_REPRODUCIBLE = "not reproducible here"
 VACUOUS = "checked (vacuous here)"
 FAILED = "failed"
 NOT_CHECKED = "not checked"
-KINDS = ("holds", "corrected", "extended", "vacuous", "not_reproducible")
+HOLDS_IN_TOYS = "holds in the toys"
+FAILS_IN_TOYS = "fails in the toys"
+KINDS = ("holds", "corrected", "extended", "vacuous", "not_reproducible", "toy")
 
 #: Every claim of the paper that the book tracks: identifier -> short description, as MyST
 #: (inline math between dollars, code in backticks; one line, no table pipe).
@@ -133,6 +140,29 @@ CLAIMS: dict[str, str] = {
     "logs_entropy": "The book's answer on entropy among correct outputs (not a claim of the "
                     "paper): sampled GRPO drifts the ratios of verified outputs, the KL "
                     r"anchor restores them, $\beta = 0$ does not",
+    # ---- other papers' claims (and the book's own extension to clipping), held against the
+    # toys in the chapter "Beyond the paper"; each statement is the claim as tested there
+    "beyond_clipped": "Clipped GRPO (the book's extension): the exact clipped round has the "
+                      "unclipped recurrence's fixed points; the clip changes the path, and "
+                      "with it which stable fixed point is reached",
+    "beyond_clip_mu10": r"Clipped GRPO (the book's extension): chapter 7's lower settling "
+                        r"point with clipping and $\mu = 10$ follows from an exact "
+                        "computation without sampling",
+    "beyond_passk": "Yue et al. (arXiv 2504.13837): after RL training pass@k rises at $k = 1$ "
+                    "but falls below the base model's at large $k$ (a crossover)",
+    "beyond_rank": "He, Fried and Welleck (arXiv 2506.02355): GRPO raises the already likely "
+                   "correct outputs more than the unlikely ones (rank bias)",
+    "beyond_negative": "Zhu et al. (arXiv 2506.01347): training on negative samples alone "
+                       "keeps pass@k at large $k$ at least as high as full GRPO",
+    "beyond_entropy_identity": "Cui et al. (arXiv 2505.22617): a softmax policy step changes "
+                               r"the entropy by $-\mathrm{Cov}_\pi(\log \pi, \Delta z)$ to "
+                               "first order",
+    "beyond_entropy_law": r"Cui et al. (arXiv 2505.22617): success and entropy follow "
+                          r"$R = -a e^H + b$ along training, better than a line in $H$",
+    "beyond_clip_bias": "Shao et al. (arXiv 2506.10947): with rewards independent of the "
+                        r"output, clipping and $\mu > 1$ push the high-prior output up",
+    "beyond_arcsin": "Davis and Recht (arXiv 2510.13651): GRPO's expected update is gradient "
+                     r"ascent on $2 \arcsin \sqrt{p}$",
 }
 
 
@@ -141,6 +171,10 @@ CLAIMS: dict[str, str] = {
 #: lists them apart, so that their outcome is not read as the paper's.
 BOOK_OWN: frozenset[str] = frozenset(
     {"toy_fig3", "toy_fig3_zero"} | {c for c in CLAIMS if c.startswith("logs_")})
+
+#: Claims of other papers (and the book's own clipped-GRPO results) held against the toys in
+#: the chapter "Beyond the paper": their own table, statuses of ``kind="toy"``.
+OTHER_PAPERS: frozenset[str] = frozenset(c for c in CLAIMS if c.startswith("beyond_"))
 
 
 @dataclass(frozen=True)
@@ -159,12 +193,15 @@ def status_of(passed: bool, kind: str = "holds") -> str:
     ``kind`` is ``"holds"`` (the statement as printed), ``"corrected"`` (a
     corrected statement, see the errata), ``"extended"`` (beyond the paper),
     ``"vacuous"`` (a bound that holds only because it is uninformative at the
-    measured values) or ``"not_reproducible"``.
+    measured values), ``"not_reproducible"``, or ``"toy"`` (another paper's claim held
+    against the toys: ``passed`` says whether it holds there).
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if kind == "not_reproducible":
         return NOT_REPRODUCIBLE
+    if kind == "toy":
+        return HOLDS_IN_TOYS if passed else FAILS_IN_TOYS
     if not passed:
         return FAILED
     return {"holds": VERIFIED, "corrected": CORRECTED, "extended": EXTENDED,
@@ -185,6 +222,9 @@ def record(claim: str, passed: bool, *, where: str, evidence: str,
     """
     if claim not in CLAIMS:
         raise ValueError(f"claim must be one of {sorted(CLAIMS)}, got {claim!r}")
+    if (kind == "toy") != (claim in OTHER_PAPERS):
+        raise ValueError(f"kind must be 'toy' exactly for the claims held against the toys "
+                         f"(OTHER_PAPERS), got kind={kind!r} for claim {claim!r}")
     rec = ClaimRecord(claim, status_of(bool(passed), kind), where, evidence)
     from myst_nb import glue
 
@@ -225,7 +265,8 @@ def collect(paths: Iterable[Path]) -> list[ClaimRecord]:
 
 
 #: Order in which the statuses of one claim are listed (a failure first).
-STATUS_ORDER = [FAILED, CORRECTED, VERIFIED, EXTENDED, VACUOUS, NOT_REPRODUCIBLE]
+STATUS_ORDER = [FAILED, CORRECTED, VERIFIED, EXTENDED, VACUOUS, NOT_REPRODUCIBLE,
+                FAILS_IN_TOYS, HOLDS_IN_TOYS]
 
 #: Pairs of statuses that cannot both be true of one claim: it holds as printed, or it
 #: needs a correction. (``extended`` and ``not reproducible here`` are about other
@@ -283,7 +324,8 @@ def earlier_notebooks(stage: Path, page: str) -> list[Path]:
 
 
 def ledger(records: Iterable[ClaimRecord]) -> list[dict[str, str]]:
-    """One row per claim of :data:`CLAIMS`; ``origin`` is ``"book"`` for :data:`BOOK_OWN`.
+    """One row per claim of :data:`CLAIMS`; ``origin`` is ``"book"`` for :data:`BOOK_OWN`,
+    ``"other"`` for :data:`OTHER_PAPERS` and ``"paper"`` for the rest.
 
     A claim checked in several places gets every distinct status, failure first
     (e.g. ``"verified; extended"``, or ``"extended; not reproducible here"`` for
@@ -301,7 +343,8 @@ def ledger(records: Iterable[ClaimRecord]) -> list[dict[str, str]]:
         statuses = sorted({r.status for r in recs}, key=STATUS_ORDER.index) or [NOT_CHECKED]
         rows.append({
             "claim": claim,
-            "origin": "book" if claim in BOOK_OWN else "paper",
+            "origin": ("book" if claim in BOOK_OWN else
+                       "other" if claim in OTHER_PAPERS else "paper"),
             "description": description,
             "primary": statuses[0],
             "status": "; ".join(statuses),

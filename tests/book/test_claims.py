@@ -154,6 +154,26 @@ def test_the_books_own_results_are_kept_apart() -> None:
     assert all("not a claim of the paper" in claims.CLAIMS[c] for c in own)
 
 
+def test_other_papers_claims_have_their_own_rows_and_statuses() -> None:
+    rows = {r["claim"]: r for r in claims.ledger([])}
+    other = {c for c, r in rows.items() if r["origin"] == "other"}
+    assert other == claims.OTHER_PAPERS
+    assert len(other) == 9  # issue 24: seven items, two of them with two claims
+    assert not other & claims.BOOK_OWN
+    assert claims.status_of(True, "toy") == claims.HOLDS_IN_TOYS
+    assert claims.status_of(False, "toy") == claims.FAILS_IN_TOYS
+    # a claim of another paper is recorded with kind="toy", and only such a claim is
+    with pytest.raises(ValueError, match="kind must be 'toy'"):
+        claims.record("beyond_passk", True, where="x", evidence="y")
+    with pytest.raises(ValueError, match="kind must be 'toy'"):
+        claims.record("thm1", True, where="x", evidence="y", kind="toy")
+    recs = [claims.ClaimRecord("beyond_passk", claims.FAILS_IN_TOYS, "a", "e1"),
+            claims.ClaimRecord("beyond_passk", claims.HOLDS_IN_TOYS, "b", "e2")]
+    row = next(r for r in claims.ledger(recs) if r["claim"] == "beyond_passk")
+    assert row["status"] == "fails in the toys; holds in the toys"
+    assert row["primary"] == claims.FAILS_IN_TOYS
+
+
 #: ASCII stand-ins for math that a ledger statement must write as math instead
 ASCII_MATH = re.compile(r"sqrt|_\{|\^|\bbeta\b|\beps\b|\bp_ref\b|\bpi_ref\b|\bdelta\b|->|"
                         r"\bRenyi\b|\bk3\b")
