@@ -8,7 +8,9 @@ output distribution can be enumerated instead
 
 - the success logit of every **trained** prompt (the fixed set GRPO draws its
   batches from, ``config.grpo_prompts``) and every **held-out** prompt, at
-  iteration 0 and every ``record_every`` iterations;
+  iteration 0 and every ``record_every`` iterations, and at the same iterations the
+  Shannon entropy of each of these prompts' output distributions
+  (:func:`exact_entropy`, from the same enumeration);
 - at every iteration ``n`` and for every prompt of that iteration's batch, the
   total variation between the network's new policy and the tabular policy that
   the divergence step (:func:`grpo_companion.theory.trained_loss.exact_step_logit`,
@@ -27,7 +29,10 @@ output distribution can be enumerated instead
   without a success (or without a failure) has zero advantage, so such an iteration gives
   the prompt no signal of its own.
 
-:func:`run_seeds` runs several seeds, in worker processes when asked.
+:func:`run_seeds` runs several seeds, in worker processes when asked. A normalisation
+registered in this process (:func:`~grpo_companion.theory.register_normalization`) is
+registered again in each worker before it trains, when its definition can be pickled by
+reference (its ``gains`` a module-level function of an importable module).
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ import contextlib
 import copy
 import dataclasses
 import multiprocessing
+import pickle
+import pickletools
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -47,9 +55,14 @@ import torch
 
 from grpo_companion.rl.tasks import EOS, ArithmeticTask
 from grpo_companion.rl.trainer import TrainConfig, prepare_run
-from grpo_companion.theory import trained_loss
+from grpo_companion.theory import NORMALIZATIONS, register_normalization, trained_loss
 
-__all__ = ["LongRun", "correct_columns", "exact_success", "run_long", "run_seeds"]
+__all__ = ["LongRun", "correct_columns", "exact_entropy", "exact_success", "run_long",
+           "run_seeds"]
+
+#: Largest ``|log sum p|`` accepted of an enumeration: its probabilities must sum to 1 (they
+#: do to about 1e-15 in float64; a larger gap means outputs were left out or counted twice).
+_SUM_TOLERANCE = 1e-9
 
 
 @dataclass
@@ -62,6 +75,9 @@ class LongRun:
     operands : ``(a, b)`` of each trained and each held-out prompt, in that order.
     steps : the recorded iterations (0, ``record_every``, ..., ``iterations``).
     logit_trained, logit_held : exact success logits ``(len(steps), prompts)``.
+    entropy_trained, entropy_held : ``(len(steps), prompts)`` the exact Shannon entropy, in
+        nats, of each prompt's whole output distribution at the recorded iterations
+        (:func:`exact_entropy` of the enumeration that gives the logits).
     delta, delta_pos : ``(iterations, len(trained))`` one-step distance to the divergence
         step and its PoS part; NaN where the prompt was not in that iteration's batch.
     target_logit : ``(iterations, len(trained))`` the divergence step's success logit.
@@ -89,6 +105,8 @@ class LongRun:
     steps: np.ndarray
     logit_trained: np.ndarray
     logit_held: np.ndarray
+    entropy_trained: np.ndarray
+    entropy_held: np.ndarray
     delta: np.ndarray
     delta_pos: np.ndarray
     target_logit: np.ndarray
@@ -148,6 +166,74 @@ def exact_success(policy: torch.nn.Module, task: ArithmeticTask, idx: np.ndarray
     return lp, col, lp[rows, col] - np.logaddexp.reduce(fail, axis=1)
 
 
+def exact_entropy(log_probs: np.ndarray) -> np.ndarray:
+    """Shannon entropy in nats of each row of ``log_probs`` (an enumeration of all outputs).
+
+    ``log_probs`` is ``(prompts, outputs)``, the log-probabilities of every output of each
+    prompt, as :func:`exact_success` returns them. Each row must sum to 1 in probability
+    (``ValueError`` naming the worst row otherwise, for example when outputs are missing).
+    The sum is taken in log space (log-sum-exp), and outputs of probability 0 (log-probability
+    ``-inf``) add nothing.
+    """
+    lp = np.asarray(log_probs, dtype=np.float64)
+    if lp.ndim != 2 or lp.shape[1] == 0 or np.isnan(lp).any():
+        raise ValueError("log_probs must be a (prompts, outputs) array of log-probabilities "
+                         f"without NaN, got shape {lp.shape}")
+    log_total = np.logaddexp.reduce(lp, axis=1)
+    worst = int(np.argmax(np.abs(log_total))) if len(lp) else 0
+    if len(lp) and not abs(log_total[worst]) <= _SUM_TOLERANCE:
+        raise ValueError(f"the outputs' probabilities of row {worst} sum to "
+                         f"{float(np.exp(log_total[worst])):.12g}, not 1: the enumeration is "
+                         "not of every output")
+    centred = lp - log_total[:, None]  # the rows normalised exactly, in log space
+    p = np.exp(centred)
+    # -sum p log p, where an output of probability 0 adds 0 (not 0 * -inf)
+    plogp = np.multiply(p, centred, out=np.zeros_like(p), where=p > 0)
+    return -plogp.sum(axis=1)
+
+
+def _shipped_normalization(config: TrainConfig) -> tuple[str, bytes]:
+    """The config's normalisation: its name and its definition pickled for spawned workers.
+
+    ``ValueError`` if the definition cannot be pickled by reference.
+
+    Built-ins are shipped too: the worker finds them registered already and keeps its own.
+    """
+    definition = config.calibration.definition
+    advice = (f"the normalisation {definition.name!r} cannot be sent to worker processes "
+              "(they re-register it from a pickle of its definition, which refers to its "
+              "gains function by module and name): use workers=1, or define the gains in an "
+              "importable module and register it from there")
+    try:
+        data = pickle.dumps(definition, protocol=2)
+    except Exception as err:  # noqa: BLE001 - any pickling failure has the same remedy
+        raise ValueError(f"{advice} ({type(err).__name__}: {err})") from err
+    if getattr(sys.modules.get("__main__"), "__file__", None) is None:
+        # a notebook, python -c or a REPL: spawned workers do not have its __main__
+        in_main = sorted({str(arg).split(" ", 1)[1] for op, arg, _ in pickletools.genops(data)
+                          if op.name == "GLOBAL" and str(arg).split(" ", 1)[0] == "__main__"})
+        if in_main:
+            raise ValueError(f"{advice} ({', '.join(in_main)} is defined in __main__, which "
+                             "has no file a worker could import)")
+    return definition.name, data
+
+
+def _receive_normalization(shipped: tuple[str, bytes]) -> None:
+    """In a worker: register the shipped normalisation unless the same one is registered."""
+    name, data = shipped
+    try:
+        definition = pickle.loads(data)
+    except Exception as err:  # noqa: BLE001 - the gains could not be found in this process
+        raise ValueError(
+            f"a worker process could not load the normalisation {name!r} "
+            f"({type(err).__name__}: {err}): use workers=1, or define the gains in an "
+            "importable module and register it from there") from err
+    if NORMALIZATIONS.get(definition.name) != definition:
+        register_normalization(definition.name, definition.gains, summary=definition.summary,
+                               uses_eps=definition.uses_eps, uses_ddof=definition.uses_ddof,
+                               kernels=definition.kernels, replace=True)
+
+
 class _Recorder:
     """The exact measurements of one run, taken from the trainer's callback."""
 
@@ -167,6 +253,8 @@ class _Recorder:
         self.orbit = np.full((n_iter, k), np.nan)
         self.trained_rows: list[np.ndarray] = []
         self.held_rows: list[np.ndarray] = []
+        self.trained_entropy: list[np.ndarray] = []
+        self.held_entropy: list[np.ndarray] = []
         # the last exact success logit of each trained prompt, and the iteration it is of
         self.cache_logit, self.cache_iter = np.zeros(k), np.full(k, -1)
         self.seconds, self.started = 0.0, 0.0
@@ -177,8 +265,11 @@ class _Recorder:
 
     def record(self) -> None:
         started = time.perf_counter()
-        self.trained_rows.append(self._exact(self.run.policy, self.trained)[2])
-        self.held_rows.append(self._exact(self.run.policy, self.task.eval_idx)[2])
+        for idx, logits, entropies in ((self.trained, self.trained_rows, self.trained_entropy),
+                                       (self.task.eval_idx, self.held_rows, self.held_entropy)):
+            lp, _, logit = self._exact(self.run.policy, idx)
+            logits.append(logit)
+            entropies.append(exact_entropy(lp))
         self.seconds += time.perf_counter() - started
 
     def start(self) -> None:
@@ -243,7 +334,9 @@ def run_long(config: TrainConfig, *, record_every: int = 10) -> LongRun:
         config=config, trained=trained, held_out=task.eval_idx,
         operands_trained=task.operands[trained], operands_held=task.operands[task.eval_idx],
         steps=steps, logit_trained=np.array(recorder.trained_rows),
-        logit_held=np.array(recorder.held_rows), delta=recorder.delta,
+        logit_held=np.array(recorder.held_rows),
+        entropy_trained=np.array(recorder.trained_entropy),
+        entropy_held=np.array(recorder.held_entropy), delta=recorder.delta,
         delta_pos=recorder.delta_pos, target_logit=recorder.target,
         orbit_tv=recorder.orbit_tv, orbit_logit=recorder.orbit,
         beta_trained=recorder.beta, group_successes=recorder.successes,
@@ -254,9 +347,10 @@ def run_long(config: TrainConfig, *, record_every: int = 10) -> LongRun:
         train_seconds=total - recorder.seconds, record_seconds=recorder.seconds)
 
 
-def _one(args: tuple[TrainConfig, int]) -> LongRun:
-    config, record_every = args
+def _one(args: tuple[TrainConfig, int, tuple[str, bytes]]) -> LongRun:
+    config, record_every, normalization = args
     torch.set_num_threads(1)
+    _receive_normalization(normalization)
     return run_long(config, record_every=record_every)
 
 
@@ -265,13 +359,18 @@ def run_seeds(config: TrainConfig, seeds: list[int], *, record_every: int = 10,
     """:func:`run_long` for each seed (``workers > 1``: in that many spawned processes).
 
     Every run uses one torch thread, in the workers and in-process alike, so
-    that on a CPU the results are bitwise the same whatever ``workers``.
+    that on a CPU the results are bitwise the same whatever ``workers``. The workers
+    register ``config``'s normalisation as this process has it registered; one whose
+    gains cannot be pickled by reference (a function defined in a notebook, a lambda, a
+    closure) raises ``ValueError`` with ``workers > 1``.
     """
     check_count("workers", workers)
-    jobs = [(dataclasses.replace(config, seed=s), record_every) for s in seeds]
-    if workers == 1 or len(jobs) == 1:
+    configs = [dataclasses.replace(config, seed=s) for s in seeds]
+    if workers == 1 or len(configs) == 1:
         with torch_threads(1):  # as in the workers, so that the numbers do not depend on workers
-            return [run_long(c, record_every=r) for c, r in jobs]
+            return [run_long(c, record_every=record_every) for c in configs]
+    shipped = _shipped_normalization(config)
+    jobs = [(c, record_every, shipped) for c in configs]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
         return list(pool.map(_one, jobs))

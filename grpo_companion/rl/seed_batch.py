@@ -84,7 +84,9 @@ from grpo_companion.rl import losses
 from grpo_companion.rl import trainer as _trainer
 from grpo_companion.rl.long_run import (
     LongRun,
+    _receive_normalization,
     _Recorder,
+    _shipped_normalization,
     check_count,
     exact_success,
     torch_threads,
@@ -626,7 +628,9 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
             operands_trained=task.operands[recorder.trained],
             operands_held=task.operands[task.eval_idx], steps=steps,
             logit_trained=np.array(recorder.trained_rows),
-            logit_held=np.array(recorder.held_rows), delta=recorder.delta,
+            logit_held=np.array(recorder.held_rows),
+            entropy_trained=np.array(recorder.trained_entropy),
+            entropy_held=np.array(recorder.held_entropy), delta=recorder.delta,
             delta_pos=recorder.delta_pos, target_logit=recorder.target,
             orbit_tv=recorder.orbit_tv, orbit_logit=recorder.orbit,
             beta_trained=recorder.beta, group_successes=recorder.successes,
@@ -638,9 +642,10 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
     return results
 
 
-def _worker(args: tuple[TrainConfig, list[int], int, int]) -> list[LongRun]:
-    config, seeds, record_every, threads = args
+def _worker(args: tuple[TrainConfig, list[int], int, int, tuple[str, bytes]]) -> list[LongRun]:
+    config, seeds, record_every, threads, normalization = args
     torch.set_num_threads(1)
+    _receive_normalization(normalization)  # before anything reads config.normalization
     return _train_batched(config, seeds, record_every, threads)
 
 
@@ -667,6 +672,11 @@ def run_seeds_batched(config: TrainConfig, seeds: Sequence[int], *, record_every
         ``1``: one batch in this process. ``k > 1``: the seeds are split into ``k``
         contiguous parts, each trained as one batch in a spawned process (on two CPU
         cores, two half batches use both cores better than one batch on two threads).
+        A normalisation registered in this process
+        (:func:`~grpo_companion.theory.register_normalization`) is sent to each worker
+        and registered there before it trains; this needs its definition to pickle by
+        reference (``gains`` a module-level function of an importable module, or of the
+        script being run).
     threads
         Torch threads of the batched GRPO iterations (in each worker). The per-seed parts
         (pre-training, the trainer's evaluation, the recorder's own enumerations) always
@@ -676,7 +686,10 @@ def run_seeds_batched(config: TrainConfig, seeds: Sequence[int], *, record_every
     ------
     ValueError
         For an unsupported configuration (naming the parameter and what is supported),
-        and for ``seeds`` that are empty, repeated or not ints.
+        for ``seeds`` that are empty, repeated or not ints, and with ``workers > 1`` for
+        a normalisation that workers cannot register (its gains defined in a notebook, a
+        lambda or a closure: the message names it and says to use ``workers=1`` or to
+        define the gains in an importable module).
     TrainingFault
         If a seed's run diverges (its parameters or loss become inf or NaN).
     """
@@ -686,7 +699,8 @@ def run_seeds_batched(config: TrainConfig, seeds: Sequence[int], *, record_every
             return _train_batched(config, values, record_every, threads)
     parts = [list(part) for part in np.array_split(np.array(values, dtype=object),
                                                    min(workers, len(values)))]
-    jobs = [(config, [int(s) for s in part], record_every, threads) for part in parts]
+    shipped = _shipped_normalization(config)
+    jobs = [(config, [int(s) for s in part], record_every, threads, shipped) for part in parts]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=len(jobs), mp_context=context) as pool:
         return [run for part in pool.map(_worker, jobs) for run in part]

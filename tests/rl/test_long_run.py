@@ -35,8 +35,9 @@ TINY = TrainConfig(task="sequence", max_operand=19, n_eval_prompts=16, eval_samp
                    group_size=4, mu=2, iterations=4, prompts_per_iteration=4, grpo_prompts=8,
                    device="cpu", progress=False, lr=1e-3, kl="k3", loss_type="dr_grpo")
 LONG_FIELDS = ("trained", "held_out", "operands_trained", "operands_held", "steps",
-               "logit_trained", "logit_held", "delta", "delta_pos", "target_logit",
-               "orbit_tv", "orbit_logit", "beta_trained", "group_successes")
+               "logit_trained", "logit_held", "entropy_trained", "entropy_held", "delta",
+               "delta_pos", "target_logit", "orbit_tv", "orbit_logit", "beta_trained",
+               "group_successes")
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -281,6 +282,8 @@ def test_run_long_shapes(long):
     assert long.trained.shape == (k,) and long.held_out.shape == (h,)
     assert long.operands_trained.shape == (k, 2) and long.operands_held.shape == (h, 2)
     assert long.logit_trained.shape == (3, k) and long.logit_held.shape == (3, h)
+    assert long.entropy_trained.shape == (3, k) and long.entropy_held.shape == (3, h)
+    assert np.all(np.isfinite(long.entropy_trained)) and np.all(np.isfinite(long.entropy_held))
     for name in ("delta", "delta_pos", "target_logit", "orbit_tv", "orbit_logit"):
         assert getattr(long, name).shape == (TINY.iterations, k)
     assert np.all(np.isfinite(long.logit_trained)) and np.all(np.isfinite(long.logit_held))

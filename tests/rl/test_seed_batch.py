@@ -31,14 +31,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+import types
 
 import numpy as np
 import pytest
 import torch
 
+from grpo_companion import theory
 from grpo_companion.rl import long_run, seed_batch, trainer
 from grpo_companion.rl.long_run import LongRun
 from grpo_companion.rl.trainer import TrainConfig, prepare_run
+from grpo_companion.theory import trained_loss
 
 # test_long_run's TINY (groups of 4 see successes after its pre-training), with per-prompt
 # KL weights, and batches smaller than the pool (prompts left out of a batch take the
@@ -53,8 +57,8 @@ RECORD_EVERY = 3
 #: Fields that come from counting or indexing: equal, or the runs are not the same runs.
 DISCRETE = ("trained", "held_out", "operands_trained", "operands_held", "steps",
             "group_successes", "sampled_held", "beta_trained", "n_outputs")
-CONTINUOUS = ("logit_trained", "logit_held", "delta", "delta_pos", "target_logit",
-              "orbit_tv", "orbit_logit", "clip_fraction")
+CONTINUOUS = ("logit_trained", "logit_held", "entropy_trained", "entropy_held", "delta",
+              "delta_pos", "target_logit", "orbit_tv", "orbit_logit", "clip_fraction")
 TIMES = ("train_seconds", "record_seconds")
 FLOAT32_FACTOR = 10.0
 
@@ -207,3 +211,125 @@ def test_a_batched_run_repeats_bit_for_bit(float32_runs):
     for a, b in zip(float32_runs[1], again, strict=True):
         for name in (*DISCRETE, *CONTINUOUS):
             np.testing.assert_array_equal(getattr(b, name), getattr(a, name), err_msg=name)
+
+
+# ------------------------------------------------------------ custom normalisations
+def positive_only_gains(succ, fail, n, cal, ops):
+    """The paper's whitening with the failures' weight set to 0: ``w- = 0``, successes only.
+
+    Module-level, so that spawned workers import it from this module (pytest puts this
+    directory on ``sys.path``, and spawned processes inherit it).
+    """
+    var = succ * fail if n is None else succ * fail * n / (n - cal.ddof)
+    scale = ops.sqrt(var + cal.eps) if cal.eps_placement == "sqrt" else ops.sqrt(var) + cal.eps
+    return fail / scale, 0 * succ
+
+
+@pytest.fixture(scope="module")
+def positive_only():
+    name = "positive_only_whitening"
+    theory.register_normalization(name, positive_only_gains, summary="whitening, w- = 0",
+                                  uses_eps=True, uses_ddof=True)
+    yield name
+    theory.unregister_normalization(name)
+
+
+def test_workers_register_the_parents_custom_normalisation(positive_only):
+    """workers=2 trains with a normalisation registered here only, as workers=1 does.
+
+    It is w- = 0: the recorder's exact step (and its orbit) must take it as it is.
+    """
+    config = dataclasses.replace(TINY, iterations=2, normalization=positive_only)
+    together = seed_batch.run_seeds_batched(config, [2, 0], record_every=2)
+    apart = seed_batch.run_seeds_batched(config, [2, 0], record_every=2, workers=2)
+    assert [r.config.seed for r in apart] == [2, 0]
+    for a, b in zip(together, apart, strict=True):  # batches of one seed round differently
+        _assert_same_run(a, b, rtol=1e-4, atol=1e-5)
+    # iteration 1's divergence step by hand (pi_prev = pi_ref), with w- = 0 at G = 4
+    run = together[0]
+    cal = theory.Calibration(normalization=positive_only, group_size=TINY.group_size)
+    assert float(cal.weights(0.3)[1]) == 0.0  # w- = 0
+    cols = np.isfinite(run.target_logit[0])
+    assert cols.sum() == TINY.prompts_per_iteration
+    lr = run.logit_trained[0, cols]
+    goal = trained_loss.exact_step_logit(lr, lr, run.beta_trained[cols], estimator="k3",
+                                         calibration=cal)
+    np.testing.assert_allclose(run.target_logit[0, cols], goal, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(run.orbit_logit[0, cols], goal, rtol=1e-12, atol=1e-12)
+    for name in ("delta", "delta_pos", "orbit_tv", "target_logit", "orbit_logit"):
+        values = getattr(run, name)
+        assert np.all(np.isfinite(values[np.isfinite(run.delta)])), name
+    assert np.all(np.isfinite(run.orbit_logit))
+    # and the step is not GRPO's (the failures' weight matters)
+    grpo = trained_loss.exact_step_logit(
+        lr, lr, run.beta_trained[cols], estimator="k3",
+        calibration=theory.Calibration(group_size=TINY.group_size))
+    assert np.abs(goal - grpo).max() > 1e-3
+
+
+def _whitened(succ, fail, n, cal, ops):
+    return fail / ops.sqrt(succ * fail + cal.eps), succ / ops.sqrt(succ * fail + cal.eps)
+
+
+@pytest.mark.parametrize("train", [
+    lambda c: seed_batch.run_seeds_batched(c, [0, 1], workers=2),
+    lambda c: long_run.run_seeds(c, [0, 1], workers=2),
+], ids=["run_seeds_batched", "run_seeds"])
+def test_a_normalisation_workers_cannot_import_is_refused_by_name(train):
+    """A local function (as in a notebook) cannot be pickled by reference: ValueError."""
+
+    def local_gains(succ, fail, n, cal, ops):
+        return _whitened(succ, fail, n, cal, ops)
+
+    theory.register_normalization("local_whitening", local_gains, summary="local",
+                                  uses_eps=True)
+    try:
+        config = dataclasses.replace(TINY, normalization="local_whitening")
+        with pytest.raises(ValueError, match="'local_whitening' cannot be sent to worker "
+                           "processes.*use workers=1, or define the gains in an importable "
+                           "module"):
+            train(config)
+    finally:
+        theory.unregister_normalization("local_whitening")
+
+
+def test_gains_defined_in_a_main_without_a_file_are_refused(monkeypatch):
+    """A notebook's (or ``python -c``'s) ``__main__``: it pickles, but workers lack it."""
+
+    def notebook_gains(succ, fail, n, cal, ops):
+        return _whitened(succ, fail, n, cal, ops)
+
+    notebook_gains.__module__, notebook_gains.__qualname__ = "__main__", "notebook_gains"
+    main = types.ModuleType("__main__")  # no __file__, as in Jupyter
+    main.notebook_gains = notebook_gains
+    theory.register_normalization("notebook_whitening", notebook_gains, summary="notebook",
+                                  uses_eps=True)
+    try:
+        config = dataclasses.replace(TINY, normalization="notebook_whitening")
+        monkeypatch.setitem(sys.modules, "__main__", main)
+        with pytest.raises(ValueError, match="'notebook_whitening' cannot be sent.*"
+                           "notebook_gains is defined in __main__"):
+            seed_batch.run_seeds_batched(config, [0, 1], workers=2)
+    finally:
+        theory.unregister_normalization("notebook_whitening")
+
+
+def test_a_worker_keeps_a_normalisation_it_has_and_registers_a_shipped_one(positive_only):
+    """What a worker does with the shipped definition (here, in this process)."""
+    builtin = long_run._shipped_normalization(TINY)
+    long_run._receive_normalization(builtin)  # mean_std is there already: left as it is
+    assert theory.NORMALIZATIONS["mean_std"].gains.__module__ == (
+        "grpo_companion.theory.normalizations")
+    shipped = long_run._shipped_normalization(dataclasses.replace(
+        TINY, normalization=positive_only))
+    entry = theory.NORMALIZATIONS.pop(positive_only)  # as in a fresh process
+    try:
+        long_run._receive_normalization(shipped)
+        assert theory.NORMALIZATIONS[positive_only] == entry
+        assert theory.NORMALIZATIONS[positive_only].gains is positive_only_gains
+    finally:
+        theory.NORMALIZATIONS[positive_only] = entry
+    # gains that the worker cannot find (a notebook's function): named, with the remedy
+    missing = b"\x80\x02cgrpo_companion.rl.long_run\nno_such_gains\nq\x00."
+    with pytest.raises(ValueError, match="could not load the normalisation 'gone'.*workers=1"):
+        long_run._receive_normalization(("gone", missing))
