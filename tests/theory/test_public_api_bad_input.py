@@ -519,7 +519,28 @@ OVERRIDES.update({
 })
 NOT_CALLABLE_WITH_INPUT |= {"ClipDrift", "EnumeratedGroups", "EntropyRun", "EntropyLawFit",
                             "EntropyLawComparison", "GRADIENTS", "VARIANT_SCALES",
-                            "TrainingPath"}
+                            "TrainingPath", "SampledClipDrift", "SampledTrainingPath",
+                            "SAMPLE_VARIANTS"}
+# gains functions of the registry (they also run on SymPy symbols, so they cannot check their
+# inputs), and the call that registers them (global state; tested in test_sample_weighting)
+REGISTRY |= {"positive_only_gains", "negative_only_gains", "w_reinforce_gains",
+             "register_sample_variants"}
+_TRAINING_SPECS = OVERRIDES["expected_gradient_training"]
+OVERRIDES.update({
+    # sampled counterparts (issue 24, items 3 and 6)
+    "sampled_drift": {"p": _SCALAR_P_HALF, "lr": _one(0.5, {"negative": -1.0, "inf": INF}),
+                      "n_samples": _count(50, 2, sizes_memory=True),
+                      "seed": Kind(0, {**SEED_BAD, "None": None})},
+    "sampled_gradient_training": {
+        **_TRAINING_SPECS,
+        "unlikeliness": _one(0.0, {"negative": -0.5, "above": 1.5, "inf": INF}),
+        "n_rounds": _count(2, 0, sizes_memory=True),
+        "n_seeds": _count(4, 1, sizes_memory=True),
+        "group_size": _count(4, 2, sizes_memory=True),
+        "z0": Kind(None, {"nan": [0.0, NAN, 0.0], "inf": [0.0, INF, 0.0], "length": [0.0, 0.0],
+                          "str": "abc"}, optional=True),
+        "seed": Kind(0, {**SEED_BAD, "None": None})},
+})
 
 # Result fields that do not depend on the batch of inputs (not empty for an empty batch).
 BATCH_FREE_FIELDS = {"staged_iterate": {"stage"}}
