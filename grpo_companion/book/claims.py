@@ -145,15 +145,16 @@ CLAIMS: dict[str, str] = {
     "beyond_clipped": "Clipped GRPO (the book's extension): the exact clipped round has the "
                       "unclipped recurrence's fixed points; the clip changes the path, and "
                       "with it which stable fixed point is reached",
-    "beyond_clip_mu10": r"Clipped GRPO (the book's extension): chapter 7's lower settling "
-                        r"point with clipping and $\mu = 10$ follows from an exact "
-                        "computation without sampling",
+    "beyond_clip_mu10": r"Clipped GRPO (the book's expectation): chapter 7's lower settling "
+                        r"point with clipping and $\mu = 10$ is a finite-sample effect, "
+                        "shrinking as $G$ grows and absent without sampling",
     "beyond_passk": "Yue et al. (arXiv 2504.13837): after RL training pass@k rises at $k = 1$ "
                     "but falls below the base model's at large $k$ (a crossover)",
     "beyond_rank": "He, Fried and Welleck (arXiv 2506.02355): GRPO raises the already likely "
                    "correct outputs more than the unlikely ones (rank bias)",
     "beyond_negative": "Zhu et al. (arXiv 2506.01347): training on negative samples alone "
-                       "keeps pass@k at large $k$ at least as high as full GRPO",
+                       "trades pass@1 for pass@k: below full GRPO at $k = 1$, above it at "
+                       "large $k$",
     "beyond_entropy_identity": "Cui et al. (arXiv 2505.22617): a softmax policy step changes "
                                r"the entropy by $-\mathrm{Cov}_\pi(\log \pi, \Delta z)$ to "
                                "first order",

@@ -540,6 +540,14 @@ OVERRIDES.update({
         "z0": Kind(None, {"nan": [0.0, NAN, 0.0], "inf": [0.0, INF, 0.0], "length": [0.0, 0.0],
                           "str": "abc"}, optional=True),
         "seed": Kind(0, {**SEED_BAD, "None": None})},
+    # chapter 7's clipped mu-step Adam run, in expectation (issue 24, item 1)
+    "expected_clipped_training": {
+        "clip_eps": _CLIP_K, "n_iterations": _count(3, 0),
+        "lr": _one(0.1, {"zero": 0.0, "negative": -1.0, "inf": INF}),
+        "adam_betas": Kind((0.9, 0.999), {"None": None, "one": (0.9,), "above": (1.0, 0.999),
+                                          "negative": (-0.1, 0.999), "nan": (NAN, 0.999),
+                                          "str": "ab"}),
+        "adam_eps": _one(1e-8, {"negative": -1.0, "inf": INF})},
 })
 
 # Result fields that do not depend on the batch of inputs (not empty for an empty batch).
