@@ -13,6 +13,10 @@
 - :mod:`~grpo_companion.practice.diagnose`: what the theory predicts for a
   ``GRPOConfig`` on your prompts (zero-variance share, settling points and pace,
   stuck prompts, uncovered settings); also ``python -m grpo_companion diagnose``.
+- :mod:`~grpo_companion.practice.trl_questions`: the theory's answer to each question
+  a practitioner asks of a ``GRPOConfig`` (the advantage TRL computes, the drift and
+  fixed point, batch scaling, ``loss_type`` with unequal lengths, a generation round
+  with ``num_iterations`` steps and the clip), each tested against TRL's own code.
 - :mod:`~grpo_companion.practice.trl_logs`, :mod:`~grpo_companion.practice.trl_bandit`,
   :mod:`~grpo_companion.practice.log_answers` and
   :mod:`~grpo_companion.practice.addition_toy`: chapter 12's logged TRL runs, TRL's

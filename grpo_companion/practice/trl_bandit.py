@@ -4,7 +4,7 @@
 inputs we choose, so that all of the arithmetic is TRL's:
 
 - ``_generate_and_score_completions`` computes the group advantages of rewards we
-  choose (:meth:`TRLBandit.advantages`, :meth:`TRLBandit.table`);
+  choose (:func:`trl_advantages`, :meth:`TRLBandit.advantages`, :meth:`TRLBandit.table`);
 - ``_compute_loss`` computes the loss of one micro-batch, with its one model call
   (``_get_per_token_logps_and_entropies``) replaced on the instance by one that returns
   the per-token log-probabilities we pass (:meth:`TRLBandit.loss`).
@@ -12,9 +12,13 @@ inputs we choose, so that all of the arithmetic is TRL's:
 On the two-outcome bandit (one token decides: success with probability ``p =
 sigmoid(L)``), an expectation over groups of ``G`` is a finite sum over the number of
 successes ``k``, so :meth:`TRLBandit.expected_loss` is TRL's expected loss, exactly, and
-:meth:`TRLBandit.drift` minus its exact gradient in ``L``. The same calls serve any
-tabular policy: :meth:`TRLBandit.loss` takes any log-probabilities, with gradients.
-The method is the one of ``tests/practice/test_trl_equivalence.py``.
+:meth:`TRLBandit.drift` minus its exact gradient in ``L``; :meth:`TRLBandit.round_pos`
+and :meth:`TRLBandit.rounds` are generation rounds of TRL's loss (``num_iterations``
+gradient steps on one batch, or the round solved). The same calls serve any tabular
+policy: :meth:`TRLBandit.loss` takes any log-probabilities, with gradients. The
+method is the one of ``tests/practice/test_trl_equivalence.py``, which calls
+:func:`trl_loss` and :func:`trl_advantages` from here. What the theory says for the
+same ``GRPOConfig`` is :mod:`grpo_companion.practice.trl_questions`'s.
 """
 
 from __future__ import annotations
@@ -27,9 +31,15 @@ import numpy as np
 import torch
 from scipy import stats
 
-__all__ = ["TRLBandit", "log_outcome", "trl_loss"]
+__all__ = ["TRLBandit", "log_outcome", "trl_advantages", "trl_loss"]
 
 F64 = torch.float64
+
+
+def _check_open(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating) \
+            or not 0 < value < 1:
+        raise ValueError(f"{name} must be a probability in (0, 1), got {value!r}")
 
 
 def log_outcome(logit: torch.Tensor, success: torch.Tensor) -> torch.Tensor:
@@ -53,6 +63,28 @@ def trl_loss(trainer: Any, logp: torch.Tensor, inputs: dict[str, Any]) -> torch.
         return trainer._compute_loss(trainer.model, inputs)
     finally:
         del trainer._get_per_token_logps_and_entropies
+
+
+def trl_advantages(trainer: Any, rows: list[dict[str, Any]],
+                   dtype: torch.dtype = F64) -> torch.Tensor:
+    """TRL's advantages of ``rows``, computed by ``trainer._generate_and_score_completions``.
+
+    ``rows`` are the dataset rows of one generation batch (groups of ``num_generations``
+    in order); the trainer's reward functions score them (a reward function that returns
+    a column of the rows lets the caller choose every reward). ``dtype``: the default
+    dtype while TRL runs, which the reward tensor it allocates takes: ``torch.float64``
+    to compare at 1e-12, ``torch.float32`` for what a run computes.
+    """
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
+    if not rows:
+        raise ValueError("rows must hold at least one dataset row, got none")
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        return trainer._generate_and_score_completions(list(rows))["advantages"]
+    finally:
+        torch.set_default_dtype(previous)
 
 
 class TRLBandit:
@@ -105,12 +137,7 @@ class TRLBandit:
         """TRL's advantages of groups of 0/1 ``rewards`` (a flat list, groups of ``G`` in
         order), computed by ``_generate_and_score_completions`` in float64."""
         rows = [{"prompt": self.prompt, "target": int(r)} for r in np.ravel(rewards)]
-        previous = torch.get_default_dtype()
-        torch.set_default_dtype(F64)
-        try:
-            return self.trainer._generate_and_score_completions(rows)["advantages"]
-        finally:
-            torch.set_default_dtype(previous)
+        return trl_advantages(self.trainer, rows, F64)
 
     def table(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(plus[k], minus[k])`` for ``k = 0..G``: TRL's advantage of a success and minus
@@ -199,6 +226,60 @@ class TRLBandit:
         if drift(lo) * drift(hi) > 0:
             return None
         return float(theory.sigmoid(optimize.brentq(drift, lo, hi, xtol=1e-12)))
+
+    def round_pos(self, p_old: float, p_ref: float, mu: int | None = None,
+                  table: tuple[torch.Tensor, torch.Tensor] | None = None, *,
+                  step_size: float = 1.0) -> float:
+        """PoS after one generation round of TRL's loss from PoS ``p_old``.
+
+        The batch is drawn once with PoS ``p_old`` (TRL's ``pi_old``), and the loss of
+        the round is TRL's expected loss over it (:meth:`expected_loss`), so that steps
+        after the first are off policy and the clip of ``epsilon``/``epsilon_high`` acts.
+        ``mu`` gradient steps of size ``step_size`` on the success logit (TRL's
+        ``num_iterations``), or with ``mu=None`` the exact minimiser of the round's loss,
+        which many small steps approach (Brent's method on its gradient in the logit, on
+        ``[-15, 15]``, to 1e-13: the loss is unimodal there).
+        """
+        _check_open(p_old, "p_old")
+        _check_open(p_ref, "p_ref")
+        if not (isinstance(step_size, int | float) and math.isfinite(step_size)
+                and step_size > 0):
+            raise ValueError(f"step_size must be a finite number > 0, got {step_size!r}")
+        table = self.table() if table is None else table
+
+        def gradient(x: float) -> float:
+            logit = torch.tensor(x, dtype=F64, requires_grad=True)
+            (grad,) = torch.autograd.grad(self.expected_loss(logit, p_old, p_ref, table), logit)
+            return grad.item()
+
+        if mu is None:
+            from scipy import optimize
+
+            from grpo_companion import theory
+
+            x = optimize.brentq(gradient, -15, 15, xtol=1e-13)
+            return float(theory.sigmoid(x))
+        if isinstance(mu, bool) or not isinstance(mu, int) or mu < 1:
+            raise ValueError(f"mu must be an integer >= 1 or None (the round solved), got {mu!r}")
+        logit = torch.tensor(math.log(p_old / (1 - p_old)), dtype=F64, requires_grad=True)
+        for _ in range(mu):
+            (grad,) = torch.autograd.grad(self.expected_loss(logit, p_old, p_ref, table), logit)
+            with torch.no_grad():
+                logit -= step_size * grad
+        return float(torch.sigmoid(logit.detach()))
+
+    def rounds(self, p_ref: float, n_rounds: int, mu: int | None = None,
+               table: tuple[torch.Tensor, torch.Tensor] | None = None, *,
+               step_size: float = 1.0) -> np.ndarray:
+        """PoS over ``n_rounds`` generation rounds of TRL's loss from ``p_ref``, shape
+        ``(n_rounds + 1,)``: each round :meth:`round_pos` from the PoS the last one left."""
+        if isinstance(n_rounds, bool) or not isinstance(n_rounds, int) or n_rounds < 0:
+            raise ValueError(f"n_rounds must be an integer >= 0, got {n_rounds!r}")
+        table = self.table() if table is None else table
+        path = [p_ref]
+        for _ in range(n_rounds):
+            path.append(self.round_pos(path[-1], p_ref, mu, table, step_size=step_size))
+        return np.array(path)
 
     def softmax_gradient(self, theta: Any, theta_ref: Any, correct: Any) -> np.ndarray:
         """Minus the exact expected gradient of TRL's loss in the logits of a tabular softmax.

@@ -31,7 +31,7 @@ import torch
 import trl
 
 from grpo_companion import theory
-from grpo_companion.practice.trl_bandit import trl_loss
+from grpo_companion.practice.trl_bandit import trl_advantages, trl_loss
 from grpo_companion.practice.trl_bridge import (
     TRL_STD_EPS,
     advantage_calibration,
@@ -256,22 +256,6 @@ def _groups(group: int) -> list[dict]:
             for i in range(group)]
 
 
-def trl_advantages(trainer, rows, dtype=torch.float32) -> torch.Tensor:
-    """TRL's advantages for ``rows`` (its own code, rewards given by ``target``).
-
-    ``dtype=torch.float64`` runs TRL's arithmetic in float64 (the reward tensor
-    TRL allocates takes the default dtype), to compare at 1e-12.
-    """
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        out = trainer._generate_and_score_completions(rows)
-    finally:
-        torch.set_default_dtype(previous)
-    assert out["advantages"].dtype == dtype
-    return out["advantages"]
-
-
 @pytest.mark.parametrize("group", [2, 4, pytest.param(16, marks=pytest.mark.slow)])
 @pytest.mark.parametrize(("scale", "name"), [("group", "trl"), ("none", "dr_grpo")])
 def test_group_advantages_match_trl(make, group, scale, name):
@@ -286,9 +270,12 @@ def test_group_advantages_match_trl(make, group, scale, name):
     ours = losses.group_advantages(rewards, cal).reshape(-1)
 
     exact = trl_advantages(trainer, rows, torch.float64)
+    assert exact.dtype == torch.float64
     assert torch.allclose(exact, ours, rtol=0, atol=TIGHT), (exact - ours).abs().max()
     # what a run computes: float32, within its rounding (a few ulps)
-    single = trl_advantages(trainer, rows, torch.float32).double()
+    single = trl_advantages(trainer, rows, torch.float32)
+    assert single.dtype == torch.float32
+    single = single.double()
     assert torch.allclose(single, ours, rtol=4 * torch.finfo(torch.float32).eps, atol=0)
     # A group whose rewards are all equal (k = 0 or G) gets exactly 0 from both, in float32
     # too: TRL's mean of G equal 0/1 rewards is exact, so r - mean is 0 before the division

@@ -1,0 +1,404 @@
+"""The theory's answer to each question a practitioner asks of a TRL ``GRPOConfig``.
+
+Every function takes the configuration itself (``args``: a ``trl.GRPOConfig``, or any
+object with its attribute names) and reads it through the one bridge from TRL to the
+theory, :func:`~grpo_companion.practice.trl_bridge.theory_settings` (with
+:func:`~grpo_companion.practice.trl_bridge.loss_settings` for the clip and the loss
+type). The answers are for the two-outcome bandit of the paper (one prompt, success with
+PoS ``p``, success logit ``L``), where they are exact:
+
+- what advantage does TRL compute? :func:`advantage_table` (``scale_rewards="group"``
+  or ``"none"``: the finite-group calibration) and :func:`batch_scaled_advantages`
+  (``"batch"``: no per-prompt calibration);
+- which way does the PoS drift, and where does it settle? :func:`expected_drift` and
+  :func:`fixed_point`;
+- what does batch scaling do to a prompt? :func:`batch_weights` and
+  :func:`batch_fixed_point`, with the other prompts of the batch at PoS ``q``;
+- what do completion lengths do under ``loss_type``? :func:`length_fixed_point`;
+- what does one generation round of ``num_iterations`` steps with the clip of
+  ``epsilon``/``epsilon_high`` do? :func:`round_step`;
+- where did my run settle? :func:`settled_pos`, from a
+  :class:`~grpo_companion.practice.trl_callback.PoSProbeCallback`.
+
+TRL's own answer to the same questions, from its ``_compute_loss`` and advantage code,
+is :class:`~grpo_companion.practice.trl_bandit.TRLBandit`'s; :func:`compare_drift`
+puts the two side by side for one configuration. ``tests/practice/test_trl_questions.py``
+holds every function here against TRL's code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import optimize, stats
+
+from grpo_companion import theory
+from grpo_companion.practice.trl_bridge import (
+    TRL_STD_EPS,
+    TheorySettings,
+    loss_settings,
+    theory_settings,
+)
+from grpo_companion.theory import kl_estimators
+from grpo_companion.theory.finite_group import group_table
+
+__all__ = [
+    "DriftComparison",
+    "advantage_table",
+    "batch_fixed_point",
+    "batch_scaled_advantages",
+    "batch_weights",
+    "compare_drift",
+    "expected_drift",
+    "fixed_point",
+    "length_fixed_point",
+    "round_step",
+    "settled_pos",
+]
+
+
+# --------------------------------------------------------------------------- checks
+def _probability(value: Any, name: str, *, open_interval: bool = False) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a probability or an array of them, got "
+                         f"{value!r}") from err
+    if isinstance(value, bool | str) or arr.dtype == bool:
+        raise ValueError(f"{name} must be a probability, got {value!r}")
+    low_ok = arr > 0 if open_interval else arr >= 0
+    high_ok = arr < 1 if open_interval else arr <= 1
+    if not np.all(np.isfinite(arr) & low_ok & high_ok):
+        where = "(0, 1)" if open_interval else "[0, 1]"
+        raise ValueError(f"{name} must lie in {where}, got {value!r}")
+    return arr
+
+
+def _scalar_probability(value: Any, name: str) -> float:
+    arr = _probability(value, name, open_interval=True)
+    if arr.ndim != 0:
+        raise ValueError(f"{name} must be a single probability in (0, 1), got {value!r}")
+    return float(arr)
+
+
+def _settings(args: Any, *, need_calibration: bool = True) -> TheorySettings:
+    if args is None or not hasattr(args, "num_generations"):
+        raise ValueError(f"args must be a trl.GRPOConfig (or an object with its fields), "
+                         f"got {args!r}")
+    settings = theory_settings(args)
+    if need_calibration and not settings.predicts:
+        raise ValueError("args has no per-prompt prediction: " + "; ".join(settings.reasons))
+    return settings
+
+
+def _forward_anchor(settings: TheorySettings, what: str) -> None:
+    if settings.beta <= 0:
+        raise ValueError(f"{what} needs a KL anchor: args.beta must be > 0, got "
+                         f"{settings.beta!r}")
+    if settings.kl_target != "forward":
+        raise ValueError(f"{what} is derived for KL(pi || pi_ref): args.use_bias_correction_kl "
+                         f"must be True (the estimator 'k3_ratio'), got the estimator "
+                         f"{settings.kl!r}")
+
+
+# ---------------------------------------------------------------------- advantages
+def advantage_table(args: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The advantages the theory says TRL computes for a group with ``k`` successes.
+
+    Returns ``(plus, minus)``, each of shape ``(G + 1,)`` for ``k = 0..G``
+    (``G = num_generations``): the advantage of a success and minus that of a failure,
+    from the calibration of ``scale_rewards`` (``"group"``: Bessel-corrected group
+    standard deviation plus ``1e-4``; ``"none"``: centring only) via
+    :func:`grpo_companion.theory.finite_group.group_table`. ``scale_rewards="batch"`` has
+    no such table (a ``ValueError``; see :func:`batch_scaled_advantages`).
+    """
+    settings = _settings(args)
+    return group_table(settings.calibration, settings.group_size)
+
+
+def _batch_scale(total: Any, n_total: int) -> np.ndarray:
+    """TRL's batch standard deviation (Bessel) of ``total`` successes among ``n_total``
+    0/1 rewards, plus its ``1e-4``."""
+    return np.sqrt(total * (n_total - total) / (n_total * (n_total - 1))) + TRL_STD_EPS
+
+
+def batch_scaled_advantages(rewards: Any) -> np.ndarray:
+    """TRL's advantages under ``scale_rewards="batch"``, for 0/1 rewards of one batch.
+
+    ``rewards`` has shape ``(n_prompts, G)``, one row per group. Each reward minus its
+    group's mean, divided by the standard deviation of all ``N = n_prompts G`` rewards
+    (Bessel-corrected, as TRL's ``nanstd``) plus ``1e-4``; for 0/1 rewards with ``T``
+    successes in all that deviation is ``sqrt(T (N - T) / (N (N - 1)))``. A group's
+    advantages thus depend on the other groups of its batch.
+    """
+    arr = np.asarray(rewards)
+    if arr.ndim != 2 or arr.size < 2 or not np.all((arr == 0) | (arr == 1)):
+        raise ValueError(f"rewards must be a (n_prompts, G) array of 0/1 rewards with at "
+                         f"least two entries, got {rewards!r}")
+    return (arr - arr.mean(1, keepdims=True)) / _batch_scale(arr.sum(), arr.size)
+
+
+def _batch_shape(args: Any) -> tuple[int, int]:
+    group = int(args.num_generations)
+    n_total = int(getattr(args, "generation_batch_size", None)
+                  or args.per_device_train_batch_size)
+    if group < 2 or n_total % group:
+        raise ValueError(f"args must hold whole groups of num_generations >= 2 in its "
+                         f"generation batch, got num_generations={group}, batch {n_total}")
+    return n_total // group, group
+
+
+def _batch_weights_one(p: float, q: float, n_prompts: int, group: int) -> tuple[float, float]:
+    n_total = n_prompts * group
+    j = np.arange(group)[:, None]  # successes among the other G - 1 samples of the group
+    pmf_j = stats.binom.pmf(j, group - 1, p)
+    others = np.arange((n_prompts - 1) * group + 1)[None, :]  # successes in the other groups
+    pmf_o = stats.binom.pmf(others, (n_prompts - 1) * group, q)
+    w_plus = np.sum(pmf_j * pmf_o * (1 - (j + 1) / group) / _batch_scale(j + 1 + others, n_total))
+    w_minus = np.sum(pmf_j * pmf_o * (j / group) / _batch_scale(j + others, n_total))
+    return float(w_plus), float(w_minus)
+
+
+def batch_weights(p: Any, q: Any, args: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Expected weights ``(w+, w-)`` of a prompt under ``scale_rewards="batch"``.
+
+    The prompt has PoS ``p``; the other ``B - 1`` prompts of its generation batch
+    (``B = generation_batch_size / num_generations``) have PoS ``q`` each. ``w+`` is the
+    expected advantage of one of the prompt's samples given that it succeeds, ``w-``
+    minus that given that it fails, exactly: a binomial sum over the successes of the
+    rest of its group and of the other groups, with :func:`batch_scaled_advantages`'s
+    formula. With group scaling these would be the calibration's finite-group weights;
+    here they depend on ``q``. ``p`` and ``q`` broadcast; arrays of that shape come back.
+    """
+    p_arr = _probability(p, "p")
+    q_arr = _probability(q, "q")
+    n_prompts, group = _batch_shape(args)
+    p_b, q_b = np.broadcast_arrays(p_arr, q_arr)
+    out = np.array([_batch_weights_one(float(a), float(b), n_prompts, group)
+                    for a, b in zip(p_b.ravel(), q_b.ravel(), strict=True)]).reshape(
+        *p_b.shape, 2)
+    return out[..., 0], out[..., 1]
+
+
+def batch_fixed_point(p_ref: float, q: float, args: Any) -> float:
+    """Fixed point of a prompt under ``scale_rewards="batch"``, the rest of its batch at ``q``.
+
+    The paper's map in logits, ``L = L_ref + Omega(p; q) / beta``, with the total weight
+    ``Omega(p; q) = w+ + w-`` of :func:`batch_weights` (Theorem 2's fixed-point condition
+    with the batch's weights in place of a calibration's), solved by Brent's method in
+    ``L`` on ``[-30, 30]`` to 1e-12. The other prompts are held still, which a real
+    batch is not: the answer says how far the batch's composition moves a prompt's
+    limit, not where a coupled run goes.
+    """
+    p_ref = _scalar_probability(p_ref, "p_ref")
+    q = float(_probability(q, "q"))
+    settings = _settings(args, need_calibration=False)
+    _forward_anchor(settings, "batch_fixed_point")
+    n_prompts, group = _batch_shape(args)
+    beta = settings.beta
+
+    def gap(x: float) -> float:
+        w_plus, w_minus = _batch_weights_one(float(theory.sigmoid(x)), q, n_prompts, group)
+        return x - math.log(p_ref / (1 - p_ref)) - (w_plus + w_minus) / beta
+
+    return float(theory.sigmoid(optimize.brentq(gap, -30, 30, xtol=1e-12)))
+
+
+# ------------------------------------------------------------------ drift and limit
+def expected_drift(p: Any, p_ref: float, args: Any) -> np.ndarray:
+    """Minus the expected gradient of TRL's loss in the success logit, on policy.
+
+    ``p(1 - p) Omega_G(p)`` from the advantages (the finite-group weights of the
+    configuration's calibration), minus the KL term's pull: ``beta p (1 - p) (L - L_ref)``
+    for ``use_bias_correction_kl=True`` (it follows ``KL(pi || pi_ref)``, the paper's
+    penalty) or ``beta (p - p_ref)`` for plain k3 (``KL(pi_ref || pi)``), as
+    :func:`grpo_companion.theory.kl_estimators.logit_drift`; with ``beta = 0`` only the
+    first term, positive on all of ``(0, 1)``. Its zeros are :func:`fixed_point`.
+    """
+    settings = _settings(args)
+    p = _probability(p, "p")
+    p_ref = _scalar_probability(p_ref, "p_ref")
+    if settings.beta > 0:
+        return kl_estimators.logit_drift(p, p_ref, settings.beta, settings.kl,
+                                         calibration=settings.calibration)
+    w_plus, w_minus = settings.calibration.weights(p)
+    return p * (1 - p) * (w_plus + w_minus)
+
+
+def fixed_point(p_ref: float, args: Any) -> float | None:
+    """Where the theory says a prompt with reference PoS ``p_ref`` settles under ``args``.
+
+    The lowest interior zero of :func:`expected_drift`: the paper's fixed point
+    (:func:`grpo_companion.theory.fixed_points`, Theorem 2) when the KL estimator follows
+    ``KL(pi || pi_ref)``, the reverse-KL one
+    (:func:`grpo_companion.theory.kl_estimators.reverse_kl_fixed_points`) for plain k3;
+    ``None`` for ``beta = 0``, where the drift has no interior zero and the PoS goes to 1.
+    """
+    settings = _settings(args)
+    p_ref = _scalar_probability(p_ref, "p_ref")
+    if settings.beta == 0:
+        return None
+    find = (theory.fixed_points if settings.kl_target == "forward"
+            else kl_estimators.reverse_kl_fixed_points)
+    return float(find(p_ref, settings.beta, calibration=settings.calibration)[0])
+
+
+@dataclass(frozen=True)
+class DriftComparison:
+    """TRL's expected drift and fixed point next to the theory's (see :func:`compare_drift`).
+
+    Attributes
+    ----------
+    settings : TheorySettings
+        The theory's reading of the configuration.
+    table_gap : float
+        Largest difference between TRL's advantages and :func:`advantage_table`.
+    p : numpy.ndarray
+        The PoS grid.
+    measured, predicted : numpy.ndarray
+        TRL's exact expected drift and :func:`expected_drift` on ``p``.
+    drift_gap : float
+        Their largest difference.
+    trl_fp, theory_fp : float or None
+        The zero of TRL's expected drift and :func:`fixed_point` (``None``: no zero).
+    """
+
+    settings: TheorySettings
+    table_gap: float
+    p: np.ndarray
+    measured: np.ndarray
+    predicted: np.ndarray
+    drift_gap: float
+    trl_fp: float | None
+    theory_fp: float | None
+
+
+def compare_drift(bandit: Any, p_ref: float, p: Any) -> DriftComparison:
+    """TRL's advantages, drift and fixed point against the theory's, for one ``GRPOConfig``.
+
+    ``bandit`` is a :class:`~grpo_companion.practice.trl_bandit.TRLBandit`, whose trainer's
+    ``args`` is the configuration; TRL's side comes from its ``table``, ``drift`` and
+    ``fixed_point``, the theory's from :func:`advantage_table`, :func:`expected_drift`
+    and :func:`fixed_point`.
+    """
+    args = bandit.trainer.args
+    settings = _settings(args)
+    p_ref = _scalar_probability(p_ref, "p_ref")
+    grid = _probability(p, "p", open_interval=True)
+    if grid.ndim != 1 or grid.size == 0:
+        raise ValueError(f"p must be a non-empty 1-D grid of PoS values, got {p!r}")
+    table = bandit.table()
+    plus, minus = advantage_table(args)
+    table_gap = max(np.abs(table[0].numpy() - plus).max(), np.abs(table[1].numpy() - minus).max())
+    measured = np.array([bandit.drift(x, p_ref, table) for x in grid])
+    predicted = expected_drift(grid, p_ref, args)
+    return DriftComparison(
+        settings=settings, table_gap=float(table_gap), p=grid, measured=measured,
+        predicted=predicted, drift_gap=float(np.abs(measured - predicted).max()),
+        trl_fp=bandit.fixed_point(p_ref, table), theory_fp=fixed_point(p_ref, args))
+
+
+# ------------------------------------------------------------------------ loss_type
+def length_fixed_point(p_ref: float, args: Any, lengths: tuple[int, int]) -> float | None:
+    """The fixed point under ``args.loss_type`` when a success has ``lengths[0]`` tokens
+    and a failure ``lengths[1]`` (only the first token is the policy's choice).
+
+    - equal lengths, or ``"dr_grpo"`` (a constant normaliser changes the step, not the
+      objective): :func:`fixed_point`;
+    - ``"grpo"`` (each completion's tokens averaged, so a completion of length ``l``
+      weighs ``1 / l``): the zero in ``p`` of
+      ``w+/l_S + w-/l_F - beta [log(p / p_ref) / l_S - log((1 - p) / (1 - p_ref)) / l_F]``,
+      the paper's condition ``Omega = beta (L - L_ref)`` with those weights (Brent's
+      method in ``L`` on ``[-30, 30]`` to 1e-13; needs ``use_bias_correction_kl=True``
+      and ``beta > 0``);
+    - ``"bnpo"`` and ``"dapo"`` with unequal lengths: ``None``. Their normaliser, the
+      token count of the batch, varies with its number of successes and couples the
+      samples; no per-prompt formula is given.
+    """
+    p_ref = _scalar_probability(p_ref, "p_ref")
+    if (not isinstance(lengths, tuple | list) or len(lengths) != 2
+            or not all(isinstance(n, int | np.integer) and not isinstance(n, bool) and n >= 1
+                       for n in lengths)):
+        raise ValueError(f"lengths must be two integers >= 1 (success, failure), got "
+                         f"{lengths!r}")
+    settings = _settings(args)
+    loss_type = loss_settings(args)["loss_type"]
+    l_s, l_f = int(lengths[0]), int(lengths[1])
+    if l_s == l_f or loss_type == "dr_grpo":
+        return fixed_point(p_ref, args)
+    if loss_type != "grpo":
+        return None
+    _forward_anchor(settings, "length_fixed_point with loss_type='grpo'")
+    beta, calibration = settings.beta, settings.calibration
+
+    def gap(x: float) -> float:
+        p = float(theory.sigmoid(x))
+        w_plus, w_minus = calibration.weights(p)
+        pull = math.log(p / p_ref) / l_s - math.log((1 - p) / (1 - p_ref)) / l_f
+        return float(w_plus / l_s + w_minus / l_f - beta * pull)
+
+    return float(theory.sigmoid(optimize.brentq(gap, -30, 30, xtol=1e-13)))
+
+
+# ------------------------------------------------------------- one generation round
+def round_step(p_old: float, p_ref: float, args: Any) -> float:
+    """PoS after one generation round solved, with TRL's clip (``epsilon``, ``epsilon_high``).
+
+    The round samples with PoS ``p_old`` and maximises, over the new PoS ``p``, the
+    expected clipped surrogate with the weights ``w+``, ``w-`` of ``p_old`` minus the
+    KL penalty (exact, as ``use_bias_correction_kl=True`` makes it in expectation):
+    ``w+ min(p, p_old (1 + eps_high)) + w- min(p - 1, -(1 - p_old)(1 - eps_low))
+    - beta KL(p || p_ref)``. The clip caps how far one round moves up; a move down is not
+    clipped. The objective is concave; its maximiser is found by a bounded scalar search
+    on ``[1e-12, 1 - 1e-12]`` to 1e-13. When the clip cannot bind anywhere in ``(0, 1)``
+    (``epsilon >= 1`` and ``p_old (1 + epsilon_high) >= 1``) the round is Theorem 2's
+    step, :func:`grpo_companion.theory.pos_map`, computed as such. Either way the fixed
+    point is unchanged: there the ratio is 1 and no clip binds.
+    """
+    p_old = _scalar_probability(p_old, "p_old")
+    p_ref = _scalar_probability(p_ref, "p_ref")
+    settings = _settings(args)
+    _forward_anchor(settings, "round_step")
+    clip = loss_settings(args)
+    low, high = clip["clip_eps_low"], clip["clip_eps_high"]
+    beta, calibration = settings.beta, settings.calibration
+    if low >= 1 and p_old * (1 + high) >= 1:
+        return float(theory.pos_map(p_old, p_ref, beta, calibration=calibration))
+    w_plus, w_minus = (float(w) for w in calibration.weights(p_old))
+    cap_s, cap_f = p_old * (1 + high), -(1 - p_old) * (1 - low)
+
+    def minus_objective(p: float) -> float:
+        kl = p * math.log(p / p_ref) + (1 - p) * math.log((1 - p) / (1 - p_ref))
+        return -(w_plus * min(p, cap_s) + w_minus * min(p - 1, cap_f) - beta * kl)
+
+    return float(optimize.minimize_scalar(minus_objective, bounds=(1e-12, 1 - 1e-12),
+                                          method="bounded", options={"xatol": 1e-13}).x)
+
+
+# ------------------------------------------------------------------- a run's level
+def settled_pos(probe: Any, from_step: float) -> tuple[np.ndarray, np.ndarray]:
+    """Where a run settled: each prompt's mean measured PoS from ``from_step`` on.
+
+    ``probe`` is a :class:`~grpo_companion.practice.trl_callback.PoSProbeCallback` after
+    (or during) training; its measurements at steps ``>= from_step`` are averaged per
+    prompt. Returns ``(mean, standard_error)``, the error from the spread of those
+    measurements over the steps (``ddof=1``), so at least two steps are needed. This
+    is the level the theory's limit speaks to: a real run reaches it later than the
+    idealised recurrence and then fluctuates around it.
+    """
+    if isinstance(from_step, bool) or not isinstance(from_step, int | float) \
+            or not math.isfinite(from_step):
+        raise ValueError(f"from_step must be a finite number, got {from_step!r}")
+    rows = getattr(probe, "rows", None)
+    if rows is None:
+        raise ValueError(f"probe must be a PoSProbeCallback with measured rows, got {probe!r}")
+    steps = np.array(sorted({r["step"] for r in rows}))
+    late = steps[steps >= from_step]
+    if late.size < 2:
+        raise ValueError(f"from_step={from_step!r} leaves {late.size} measured step(s); "
+                         "at least 2 are needed for a standard error")
+    pos = np.array([[r["measured_pos"] for r in rows if r["step"] == s] for s in late])
+    return pos.mean(0), pos.std(0, ddof=1) / math.sqrt(len(late))
