@@ -26,6 +26,7 @@ Chapter modules (each serves one chapter or page; import them by module name):
 
 # a core module that no export names: theory.finite_group after `import theory`
 from . import finite_group as finite_group
+from .audit import audit_calibration
 from .calibration import Calibration, omega, omega_of_logit, weights
 from .dynamics import (
     iterate,
@@ -68,6 +69,7 @@ __all__ = [
     "DynamicsResult",
     "Regime",
     "anchored_policy",
+    "audit_calibration",
     "classify_dynamics",
     "expit",
     "fixed_points",

@@ -363,6 +363,20 @@ EXTRA_VALID.update({
 NOT_CALLABLE_WITH_INPUT |= {"ParametricRun", "GapReport", "ErrorDecomposition", "GapMeasurement",
                             "BetaSweep", "Verdict", "PROMPT_BLIND", "STEPS"}
 
+# --- theory.audit (ch. 10): the fixed-point census of any calibration
+NOT_CALLABLE_WITH_INPUT |= {"CalibrationAudit"}
+OVERRIDES["audit_calibration"] = {
+    "calibration": Kind(Calibration(), {"None": None, "str": "x", "int": 3}),
+    "n_grid": _count(6, 2),
+    "p_ref_bounds": Kind((1e-3, 1 - 1e-3), {"None": None, "scalar": 0.5, "reversed": (0.9, 0.1),
+                                            "zero": (0.0, 0.5), "one": (0.5, 1.0),
+                                            "nan": (NAN, 0.5), "three": (0.1, 0.2, 0.3),
+                                            "str": "ab"}),
+    "beta_bounds": Kind((0.1, 10.0), {"None": None, "scalar": 1.0, "reversed": (10.0, 0.1),
+                                      "zero": (0.0, 1.0), "inf": (0.1, INF), "nan": (NAN, 1.0),
+                                      "three": (0.1, 1.0, 10.0), "str": "ab"}),
+}
+
 # --- theory.trained_loss (ch. 8): the recurrence of the loss a sampled run trains.
 # Trajectories are (len(steps), prompts) logits; one_step_tv's arrays are coupled by
 # shape (prompts, outputs), so they are whole-array kinds, not elementwise ones.
