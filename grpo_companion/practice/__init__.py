@@ -16,7 +16,8 @@
 - :mod:`~grpo_companion.practice.trl_questions`: the theory's answer to each question
   a practitioner asks of a ``GRPOConfig`` (the advantage TRL computes, the drift and
   fixed point, batch scaling, ``loss_type`` with unequal lengths, a generation round
-  with ``num_iterations`` steps and the clip), each tested against TRL's own code.
+  with ``num_iterations`` steps and the clip), each tested against TRL's own code;
+  :mod:`~grpo_companion.practice.trl_plots` draws them next to TRL's answers.
 - :mod:`~grpo_companion.practice.trl_logs`, :mod:`~grpo_companion.practice.trl_bandit`,
   :mod:`~grpo_companion.practice.log_answers` and
   :mod:`~grpo_companion.practice.addition_toy`: chapter 12's logged TRL runs, TRL's

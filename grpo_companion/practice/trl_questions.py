@@ -17,6 +17,7 @@ PoS ``p``, success logit ``L``), where they are exact:
 - what do completion lengths do under ``loss_type``? :func:`length_fixed_point`;
 - what does one generation round of ``num_iterations`` steps with the clip of
   ``epsilon``/``epsilon_high`` do? :func:`round_step`;
+- :func:`compare_round` holds TRL's rounds against :func:`round_step`;
 - where did my run settle? :func:`settled_pos`, from a
   :class:`~grpo_companion.practice.trl_callback.PoSProbeCallback`.
 
@@ -47,11 +48,13 @@ from grpo_companion.theory.finite_group import group_table
 
 __all__ = [
     "DriftComparison",
+    "RoundComparison",
     "advantage_table",
     "batch_fixed_point",
     "batch_scaled_advantages",
     "batch_weights",
     "compare_drift",
+    "compare_round",
     "expected_drift",
     "fixed_point",
     "length_fixed_point",
@@ -376,6 +379,50 @@ def round_step(p_old: float, p_ref: float, args: Any) -> float:
 
     return float(optimize.minimize_scalar(minus_objective, bounds=(1e-12, 1 - 1e-12),
                                           method="bounded", options={"xatol": 1e-13}).x)
+
+
+@dataclass(frozen=True)
+class RoundComparison:
+    """One generation round of TRL's loss against the theory's (see :func:`compare_round`).
+
+    Attributes
+    ----------
+    clip_low, clip_high : float
+        ``epsilon`` and ``epsilon_high`` (which defaults to ``epsilon``).
+    mu : tuple of int
+        The numbers of gradient steps per round tried.
+    stepped : numpy.ndarray
+        TRL's PoS after one round of each ``mu``.
+    solved : float
+        TRL's round solved (the minimiser of the round's loss).
+    predicted : float
+        :func:`round_step`.
+    """
+
+    clip_low: float
+    clip_high: float
+    mu: tuple[int, ...]
+    stepped: np.ndarray
+    solved: float
+    predicted: float
+
+
+def compare_round(bandit: Any, p_ref: float, mu_values: Any) -> RoundComparison:
+    """One round from ``p_ref`` of TRL's loss (``bandit``, a
+    :class:`~grpo_companion.practice.trl_bandit.TRLBandit`) with each number of gradient
+    steps in ``mu_values`` and solved, against :func:`round_step` for its ``GRPOConfig``."""
+    p_ref = _scalar_probability(p_ref, "p_ref")
+    mu = tuple(mu_values)
+    if not mu:
+        raise ValueError(f"mu_values must hold at least one step count, got {mu_values!r}")
+    args = bandit.trainer.args
+    clip = loss_settings(args)
+    table = bandit.table()
+    return RoundComparison(
+        clip_low=clip["clip_eps_low"], clip_high=clip["clip_eps_high"], mu=mu,
+        stepped=np.array([bandit.round_pos(p_ref, p_ref, m, table) for m in mu]),
+        solved=bandit.round_pos(p_ref, p_ref, None, table),
+        predicted=round_step(p_ref, p_ref, args))
 
 
 # ------------------------------------------------------------------- a run's level

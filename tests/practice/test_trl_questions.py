@@ -221,3 +221,16 @@ def test_trl_advantages_refuse_other_dtypes(bandit):
     with pytest.raises(ValueError, match="dtype"):
         trl_advantages(bandit(beta=1.0).trainer, [{"prompt": "say A", "target": 1}],
                        torch.float16)
+
+
+def test_compare_round_holds_trl_against_round_step(bandit):
+    b = bandit(beta=1.0, **CLIPS["higher"])
+    result = tq.compare_round(b, P_REF, (1, 3))
+    assert (result.clip_low, result.clip_high) == (0.2, 0.28)
+    assert result.stepped.shape == (2,) and result.mu == (1, 3)
+    assert result.stepped[0] == b.round_pos(P_REF, P_REF, 1)
+    assert result.solved == b.round_pos(P_REF, P_REF)
+    assert result.predicted == tq.round_step(P_REF, P_REF, b.trainer.args)
+    assert abs(result.solved - result.predicted) <= 1e-8
+    with pytest.raises(ValueError, match="mu_values"):
+        tq.compare_round(b, P_REF, ())

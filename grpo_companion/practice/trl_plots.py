@@ -1,0 +1,201 @@
+"""Figures that hold TRL's answers against the theory's (chapter 11).
+
+Each function draws one comparison from the results of
+:mod:`grpo_companion.practice.trl_questions` and
+:class:`~grpo_companion.practice.trl_bandit.TRLBandit` and returns the
+``matplotlib`` figure; nothing here computes a number the figure shows, except the
+theory's curves on a dense grid, from the same functions.
+
+- :func:`settle_figure`: where TRL runs settled against the limits predicted for their
+  own ``GRPOConfig``;
+- :func:`drift_figure`: TRL's exact expected drift against
+  :func:`~grpo_companion.practice.trl_questions.expected_drift`;
+- :func:`batch_figure`: what ``scale_rewards="batch"`` does to a prompt's weights and
+  fixed point;
+- :func:`rounds_figure`: generation rounds of TRL's loss (``num_iterations``, clip)
+  against the theory's round and Theorem 2's iteration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from grpo_companion.practice import trl_questions
+from grpo_companion.practice.trl_bridge import TheorySettings, predict_limits, theory_settings
+
+__all__ = ["COLORS", "batch_figure", "drift_figure", "rounds_figure", "settle_figure"]
+
+#: One colour per series, in the order the chapter draws them.
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#7f7f7f", "#ff7f0e", "#9467bd")
+
+
+def _colors(keys: Sequence[str], colors: Mapping[str, str] | None) -> dict[str, str]:
+    if colors is not None:
+        missing = [k for k in keys if k not in colors]
+        if missing:
+            raise ValueError(f"colors must give a colour to every series, missing {missing}")
+        return dict(colors)
+    return {k: COLORS[i % len(COLORS)] for i, k in enumerate(keys)}
+
+
+def _run_label(settings: TheorySettings, default_beta: float | None = None) -> str:
+    """A legend label for a run's settings: its ``beta`` and its KL estimator."""
+    if settings.beta == 0:
+        return (r"$\beta = 0$" + (" (TRL's default)" if default_beta == 0 else "")
+                + ": no KL")
+    return (rf"$\beta = {settings.beta:g}$, use_bias_correction_kl={settings.kl == 'k3_ratio'} "
+            f"({settings.kl}, {settings.kl_target} KL)")
+
+
+def settle_figure(runs: Mapping[str, Any], settled: Mapping[str, tuple[Any, Any]],
+                  p_ref: Any, *, title: str = "", colors: Mapping[str, str] | None = None,
+                  default_beta: float | None = None) -> Any:
+    """Where each run settled (markers, +-2 standard errors) against its predicted limit.
+
+    ``runs``: name to :class:`~grpo_companion.practice.trl_callback.PoSProbeCallback`
+    (its ``settings``); ``settled``: name to the ``(mean, standard_error)`` of
+    :func:`~grpo_companion.practice.trl_questions.settled_pos`; ``p_ref``: the prompts'
+    reference PoS. Lines: the limit
+    :func:`~grpo_companion.practice.trl_bridge.predict_limits` gives for each run's
+    settings over ``p_ref`` in ``(0, 1)``; the grey diagonal is ``p = p_ref``.
+    """
+    import matplotlib.pyplot as plt
+
+    if set(settled) != set(runs):
+        raise ValueError(f"settled must have the runs' names {sorted(runs)}, got {sorted(settled)}")
+    color = _colors(list(runs), colors)
+    grid = np.linspace(0.01, 0.99, 99)
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    ax.plot([0, 1], [0, 1], color="#7f7f7f", lw=1, label="$p = p_{\\mathrm{ref}}$")
+    for name, probe in runs.items():
+        ax.plot(grid, predict_limits(grid, probe.settings)[0], color=color[name], lw=1.4,
+                label=_run_label(probe.settings, default_beta))
+        mean, se = settled[name]
+        ax.errorbar(p_ref, mean, yerr=2 * np.asarray(se), fmt="o", ms=5, color=color[name],
+                    capsize=3)
+    ax.set(xlabel=r"reference PoS $p_{\mathrm{ref}}$ (exact)",
+           ylabel="PoS where the run settles", xlim=(0, 1), ylim=(0, 1.03))
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def drift_figure(comparisons: Mapping[str, trl_questions.DriftComparison],
+                 configs: Mapping[str, Any], p_ref: float, *, title: str = "",
+                 colors: Mapping[str, str] | None = None) -> Any:
+    """TRL's exact expected drift (markers) and zeros (circles) against the theory's drift.
+
+    ``comparisons``: label to :func:`~grpo_companion.practice.trl_questions.compare_drift`'s
+    result; ``configs``: label to the ``GRPOConfig`` it was made with, whose
+    :func:`~grpo_companion.practice.trl_questions.expected_drift` is drawn on a dense grid.
+    """
+    import matplotlib.pyplot as plt
+
+    color = _colors(list(comparisons), colors)
+    fig, ax = plt.subplots(figsize=(7, 4.4))
+    dense = np.linspace(0.01, 0.99, 400)
+    for label, d in comparisons.items():
+        args, s = configs[label], d.settings
+        name = (f"scale_rewards={args.scale_rewards!r}, "
+                + (f"use_bias_correction_kl={s.kl == 'k3_ratio'} ({s.kl}), $\\beta = {s.beta:g}$"
+                   if s.beta > 0 else "$\\beta = 0$, no KL"))
+        ax.plot(dense, trl_questions.expected_drift(dense, p_ref, args), color=color[label],
+                lw=1.4, label=name)
+        ax.plot(d.p, d.measured, "o", ms=3.5, color=color[label])
+        if d.trl_fp is not None:
+            ax.plot([d.trl_fp], [0], "o", ms=9, mfc="none", color=color[label])
+    ax.axhline(0, color="black", lw=0.8)
+    ax.axvline(p_ref, color="black", ls=":", lw=0.8)
+    ax.set(xlabel="PoS $p$ of the sampling policy",
+           ylabel="expected gradient in the success logit")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7.5, loc="lower left")
+    return fig
+
+
+def batch_figure(p_ref: float, batch_args: Any, group_args: Any, q_grid: Any,
+                 fp_batch: Any, *, n_dense: int = 193) -> Any:
+    """``scale_rewards="batch"`` against group scaling, two panels.
+
+    Left: the total weight ``Omega(p; q)`` of
+    :func:`~grpo_companion.practice.trl_questions.batch_weights` for the other prompts at
+    ``q = 0, 0.5, 1``, against group scaling's ``Omega_G(p)`` (dashed; the calibration of
+    ``group_args``). Right: ``fp_batch``, the prompt's fixed point for each ``q`` of
+    ``q_grid``, against group scaling's :func:`~grpo_companion.practice.trl_questions.fixed_point`.
+    """
+    import matplotlib.pyplot as plt
+
+    group_cal = theory_settings(group_args).calibration
+    group = int(batch_args.num_generations)
+    n_prompts = int(batch_args.generation_batch_size) // group
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    dense = np.linspace(0.02, 0.98, n_dense)
+    left.plot(dense, np.add(*group_cal.weights(dense)), "k--", lw=1.2,
+              label="group scaling $\\Omega_G(p)$")
+    for q, color in zip((0.0, 0.5, 1.0), ("#1f77b4", "#ff7f0e", "#2ca02c"), strict=True):
+        left.plot(dense, np.add(*trl_questions.batch_weights(dense, q, batch_args)), color=color,
+                  label=f"batch scaling, others at $q = {q:g}$")
+    left.set(xlabel="PoS $p$ of the prompt", ylabel=r"$\Omega = w^+ + w^-$")
+    left.set_title(f"Batch of {n_prompts} prompts x {group} completions", fontsize=10)
+    left.legend(fontsize=8)
+    right.plot(q_grid, fp_batch, "o-", color="#9467bd", ms=4, label="batch scaling")
+    right.axhline(trl_questions.fixed_point(p_ref, group_args), color="black", ls="--", lw=1.2,
+                  label="group scaling")
+    right.set(xlabel="PoS $q$ of the other prompts of the batch",
+              ylabel="fixed point of the prompt")
+    beta = theory_settings(batch_args).beta
+    right.set_title(rf"$p_{{\mathrm{{ref}}}} = {p_ref:g}$, $\beta = {beta:g}$", fontsize=10)
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def rounds_figure(rounds: Mapping[str, trl_questions.RoundComparison],
+                  paths: Mapping[str, Any], theorem2: Any, fixed_point: float, *,
+                  colors: Mapping[str, str] | None = None) -> Any:
+    """Generation rounds of TRL's loss against the theory's, two panels.
+
+    Left: for each clip setting in ``rounds`` (label to
+    :func:`~grpo_companion.practice.trl_questions.compare_round`'s result, all with the same
+    ``mu``), TRL's round after each number of steps (markers), solved (a cross at the right)
+    and the theory's round (a line).
+    Right: ``paths`` (label to the PoS over rounds) against Theorem 2's iteration
+    ``theorem2`` (thick grey) and ``fixed_point`` (dashed). ``colors``: label to colour
+    for the left panel (default: :data:`COLORS` in order).
+    """
+    import matplotlib.pyplot as plt
+
+    color = _colors(list(rounds), colors)
+    marks = [("o", 9), ("s", 4), ("^", 6), ("D", 4)]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    mu_values = next(iter(rounds.values())).mu
+    x_solved = mu_values[-1] * 2.5
+    for i, (label, d) in enumerate(rounds.items()):
+        upper = "no bound" if d.clip_high > 1e6 else f"1 + {d.clip_high:g}"
+        lower = "no bound" if d.clip_low >= 1 else f"1 - {d.clip_low:g}"
+        marker, size = marks[i % len(marks)]
+        left.plot(d.mu, d.stepped, marker, ms=size, color=color[label],
+                  label=f"{label}: [{lower}, {upper}]")
+        left.plot([x_solved], [d.solved], "x", ms=9, mew=2, color=color[label])
+        left.axhline(d.predicted, color=color[label], lw=1.2)
+    left.set_xscale("log", base=2)
+    left.set_xticks(list(mu_values) + [x_solved], [str(m) for m in mu_values] + ["solved"])
+    left.set(xlabel=r"gradient steps per round $\mu$ (num_iterations)",
+             ylabel="PoS after one round")
+    left.set_title("One round from the reference: TRL (markers), theory (lines)", fontsize=10)
+    left.legend(fontsize=8)
+    n_axis = np.arange(len(theorem2))
+    right.plot(n_axis, theorem2, color="black", lw=2.5, alpha=0.35,
+               label="Theorem 2 (theory.iterate)")
+    for (key, path), c in zip(paths.items(), ("#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e"),
+                              strict=False):
+        right.plot(n_axis, path, "o-", ms=3, lw=1.2, color=c, label=key)
+    right.axhline(fixed_point, color="black", ls="--", lw=1, label="fixed point")
+    right.set(xlabel="generation round $n$", ylabel="PoS")
+    right.set_title("Rounds of TRL's loss and the recurrence", fontsize=10)
+    right.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig
