@@ -12,7 +12,8 @@
 - the verifier, as ``verify(prompt, completion)`` and as a TRL reward function;
 - :meth:`AdditionToy.exact_pos`: each prompt's probability of success, computed
   exactly (the probability of the correct digits followed by the end token; at
-  most three answer tokens), rather than sampled.
+  most three answer tokens), rather than sampled;
+- :meth:`AdditionToy.grpo_trainer`: TRL's ``GRPOTrainer`` on the toy, set up for a CPU.
 
 The reference model and tokenizer are saved in ``folder``, from which
 ``GRPOTrainer(model=str(toy.model_dir), ...)`` loads them.
@@ -112,6 +113,39 @@ class AdditionToy:
         logp = torch.log_softmax(logits, -1)[:, tasks.PROMPT_LENGTH - 1:-1]
         chosen = logp.gather(-1, self.answers[..., None])[..., 0]
         return (chosen * self.answer_mask).sum(1).exp().numpy()
+
+    def grpo_trainer(self, out_dir: str | Path, *, max_steps: int, learning_rate: float = 1e-3,
+                     seed: int = 0, callbacks: Sequence[Any] = (), **settings: Any) -> Any:
+        """A TRL ``GRPOTrainer`` on this toy, from the saved reference, ready to ``train()``.
+
+        Every step takes one group of ``num_generations`` (TRL's default unless in
+        ``settings``) per prompt; the completions are as long as the longest answer.
+        What a CPU toy needs is set here: ``use_cpu``, no gradient checkpointing, nothing
+        saved, reported or logged, no progress bar or printer; ``settings`` are further
+        ``GRPOConfig`` fields (``beta``, ``use_bias_correction_kl``, ...), ``callbacks``
+        TRL callbacks (a :class:`~grpo_companion.practice.trl_callback.PoSProbeCallback`).
+        """
+        import transformers
+        from datasets import Dataset
+        from trl import GRPOConfig, GRPOTrainer
+
+        from grpo_companion.practice.trl_facts import grpo_defaults
+
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
+        group = int(settings.pop("num_generations",
+                                 grpo_defaults(["num_generations"])["num_generations"]))
+        args = GRPOConfig(
+            output_dir=str(out_dir), per_device_train_batch_size=len(self.prompts) * group,
+            num_generations=group, max_completion_length=self.answers.shape[1],
+            learning_rate=learning_rate, max_steps=max_steps, gradient_checkpointing=False,
+            use_cpu=True, bf16=False, report_to=[], save_strategy="no", logging_strategy="no",
+            disable_tqdm=True, dataloader_num_workers=0, seed=seed, **settings)
+        trainer = GRPOTrainer(model=str(self.model_dir), reward_funcs=self.reward, args=args,
+                              train_dataset=Dataset.from_dict({"prompt": self.prompts}),
+                              processing_class=self.tokenizer, callbacks=list(callbacks))
+        trainer.remove_callback(transformers.PrinterCallback)
+        return trainer
 
 
 def _tokenizer(names: dict[int, str]) -> Any:

@@ -1,4 +1,4 @@
-"""Figures that hold TRL's answers against the theory's (chapter 11).
+"""Figures (and a table) that hold TRL's answers against the theory's (chapter 11).
 
 Each function draws one comparison from the results of
 :mod:`grpo_companion.practice.trl_questions` and
@@ -13,7 +13,8 @@ theory's curves on a dense grid, from the same functions.
 - :func:`batch_figure`: what ``scale_rewards="batch"`` does to a prompt's weights and
   fixed point;
 - :func:`rounds_figure`: generation rounds of TRL's loss (``num_iterations``, clip)
-  against the theory's round and Theorem 2's iteration.
+  against the theory's round and Theorem 2's iteration;
+- :func:`options_table`: all of them at a glance, as a Markdown table.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import numpy as np
 from grpo_companion.practice import trl_questions
 from grpo_companion.practice.trl_bridge import TheorySettings, predict_limits, theory_settings
 
-__all__ = ["COLORS", "batch_figure", "drift_figure", "rounds_figure", "settle_figure"]
+__all__ = ["COLORS", "batch_figure", "drift_figure", "options_table", "rounds_figure",
+           "settle_figure"]
 
 #: One colour per series, in the order the chapter draws them.
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#7f7f7f", "#ff7f0e", "#9467bd")
@@ -199,3 +201,63 @@ def rounds_figure(rounds: Mapping[str, trl_questions.RoundComparison],
     right.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
+
+
+def _drift_row(d: trl_questions.DriftComparison) -> tuple[str, str, str]:
+    s = d.settings
+    option = (f"`beta`={s.beta:g}, `use_bias_correction_kl`={s.kl == 'k3_ratio'}, "
+              f"{s.calibration.normalization} calibration, G = {s.group_size}")
+    if d.theory_fp is None:
+        theory_says = "no anchor: no interior fixed point, PoS to 1"
+    else:
+        theory_says = f"{s.kl}: {s.kl_target} KL, fixed point {d.theory_fp:.4f}"
+    zero = ("TRL's gradient has no zero in (0, 1)" if d.trl_fp is None
+            else f"zero of TRL's gradient {d.trl_fp:.4f}")
+    return option, theory_says, (f"advantages to {d.table_gap:.0e}, drift to "
+                                 f"{d.drift_gap:.0e}; {zero}")
+
+
+def options_table(drift: Mapping[str, trl_questions.DriftComparison],
+                  batch: trl_questions.BatchComparison,
+                  lengths: Mapping[str, trl_questions.LengthComparison],
+                  rounds: Mapping[str, trl_questions.RoundComparison],
+                  paths: Mapping[str, Any], theorem2: Any, *, title: str = "option") -> str:
+    """The options at a glance: a Markdown table, one row per option measured.
+
+    Columns: the option, what the theory says, and what TRL's own code gave, from
+    :func:`~grpo_companion.practice.trl_questions.compare_drift` (one row per
+    configuration), :func:`~grpo_companion.practice.trl_questions.compare_batch`,
+    :func:`~grpo_companion.practice.trl_questions.compare_lengths` (all loss types with
+    the same lengths: two rows, equal and unequal) and
+    :func:`~grpo_companion.practice.trl_questions.compare_round` with the multi-round
+    ``paths`` (label to PoS over rounds; ``"rounds solved, no clip"`` among them) against
+    Theorem 2's iteration ``theorem2``. ``title`` heads the first column.
+    """
+    if "rounds solved, no clip" not in paths:
+        raise ValueError(f"paths must hold 'rounds solved, no clip', got {sorted(paths)}")
+    fixed_point = next(iter(lengths.values())).theory_equal
+    rows = [_drift_row(d) for d in drift.values()]
+    rows.append(("`scale_rewards`='batch'", "no per-prompt calibration",
+                 f"advantages = formula to {batch.formula_gap:.0e}; Omega from "
+                 f"{batch.omega_batch.min():.2f} to {batch.omega_batch.max():.2f} (group: "
+                 f"{batch.omega_group:.2f}); fixed point from {batch.fp_batch.min():.3f} to "
+                 f"{batch.fp_batch.max():.3f} (group: {batch.fp_group:.3f})"))
+    unequal = next(iter(lengths.values())).lengths
+    rows.append(("`loss_type`, equal lengths", f"fixed point {fixed_point:.4f}",
+                 "; ".join(f"{t} {d.trl_equal:.4f}" for t, d in lengths.items())))
+    rows.append((f"`loss_type`, lengths {unequal[0]} and {unequal[1]}",
+                 "; ".join(f"{t} " + ("no formula" if d.theory_unequal is None
+                                      else f"{d.theory_unequal:.4f}") for t, d in lengths.items()),
+                 "; ".join(f"{t} {d.trl_unequal:.4f}" for t, d in lengths.items())))
+    clipped = [d for d in rounds.values() if d.clip_low < 1]
+    rows.append(("`epsilon`, `epsilon_high`",
+                 "idle on policy; cap each round; fixed point unchanged",
+                 "solved round = the theory's clipped round to "
+                 f"{max(abs(d.solved - d.predicted) for d in clipped):.0e}"))
+    gap = np.abs(np.asarray(paths["rounds solved, no clip"]) - np.asarray(theorem2)).max()
+    rows.append(("`num_iterations`", "many steps, no clip: Theorem 2's step `theory.pos_map`",
+                 f"solved rounds = Theorem 2's iteration to {gap:.0e}; after "
+                 f"{len(theorem2) - 1} rounds, gap to the fixed point: "
+                 + ", ".join(f"{k} {abs(p[-1] - fixed_point):.0e}" for k, p in paths.items())))
+    lines = [f"| {title} | what the theory says | measured with TRL's code |", "|---|---|---|"]
+    return "\n".join(lines + [f"| {a} | {b} | {c} |" for a, b, c in rows])

@@ -22,8 +22,9 @@ PoS ``p``, success logit ``L``), where they are exact:
   :class:`~grpo_companion.practice.trl_callback.PoSProbeCallback`.
 
 TRL's own answer to the same questions, from its ``_compute_loss`` and advantage code,
-is :class:`~grpo_companion.practice.trl_bandit.TRLBandit`'s; :func:`compare_drift`
-puts the two side by side for one configuration. ``tests/practice/test_trl_questions.py``
+is :class:`~grpo_companion.practice.trl_bandit.TRLBandit`'s; :func:`compare_drift`,
+:func:`compare_batch`, :func:`compare_lengths` and :func:`compare_round` put the two side
+by side for one configuration. ``tests/practice/test_trl_questions.py``
 holds every function here against TRL's code.
 """
 
@@ -40,6 +41,7 @@ from grpo_companion import theory
 from grpo_companion.practice.trl_bridge import (
     TRL_STD_EPS,
     TheorySettings,
+    advantage_calibration,
     loss_settings,
     theory_settings,
 )
@@ -47,13 +49,17 @@ from grpo_companion.theory import kl_estimators
 from grpo_companion.theory.finite_group import group_table
 
 __all__ = [
+    "BatchComparison",
     "DriftComparison",
+    "LengthComparison",
     "RoundComparison",
     "advantage_table",
     "batch_fixed_point",
     "batch_scaled_advantages",
     "batch_weights",
+    "compare_batch",
     "compare_drift",
+    "compare_lengths",
     "compare_round",
     "expected_drift",
     "fixed_point",
@@ -210,6 +216,67 @@ def batch_fixed_point(p_ref: float, q: float, args: Any) -> float:
     return float(theory.sigmoid(optimize.brentq(gap, -30, 30, xtol=1e-12)))
 
 
+@dataclass(frozen=True)
+class BatchComparison:
+    """``scale_rewards="batch"`` measured on TRL and worked out (see :func:`compare_batch`).
+
+    Attributes
+    ----------
+    formula_gap : float
+        Largest difference between TRL's advantages of random batches and
+        :func:`batch_scaled_advantages`.
+    q : numpy.ndarray
+        PoS of the other prompts of the batch.
+    omega_batch, fp_batch : numpy.ndarray
+        The prompt's total weight ``w+ + w-`` (:func:`batch_weights`) and its fixed point
+        (:func:`batch_fixed_point`) for each ``q``.
+    omega_group, fp_group : float
+        The same under group scaling (``scale_rewards="group"``, same group size and KL).
+    """
+
+    formula_gap: float
+    q: np.ndarray
+    omega_batch: np.ndarray
+    fp_batch: np.ndarray
+    omega_group: float
+    fp_group: float
+
+
+def compare_batch(bandit: Any, p_ref: float, q: Any, *, seed: int = 0,
+                  n_batches: int = 5) -> BatchComparison:
+    """Batch scaling on TRL's code and in the theory, for a prompt with reference PoS ``p_ref``.
+
+    ``bandit`` is a :class:`~grpo_companion.practice.trl_bandit.TRLBandit` whose
+    configuration has ``scale_rewards="batch"``. ``n_batches`` random batches of 0/1
+    rewards (from ``numpy.random.default_rng(seed)``: per batch a PoS per prompt, then
+    the rewards) are scored by TRL and by :func:`batch_scaled_advantages`; then the
+    prompt's weights and fixed point are worked out for each PoS ``q`` of the other
+    prompts, next to group scaling's.
+    """
+    args = bandit.trainer.args
+    settings = _settings(args, need_calibration=False)
+    if str(args.scale_rewards) != "batch":
+        raise ValueError(f"bandit must be configured with scale_rewards='batch', got "
+                         f"{args.scale_rewards!r}")
+    p_ref = _scalar_probability(p_ref, "p_ref")
+    q = np.atleast_1d(_probability(q, "q"))
+    if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
+        raise ValueError(f"n_batches must be an int >= 1, got {n_batches!r}")
+    n_prompts, group = _batch_shape(args)
+    rng = np.random.default_rng(seed)
+    gap = 0.0
+    for _ in range(n_batches):
+        rewards = (rng.random((n_prompts, group)) < rng.random((n_prompts, 1))).astype(int)
+        theirs = bandit.advantages(rewards.ravel()).numpy().reshape(n_prompts, group)
+        gap = max(gap, float(np.abs(theirs - batch_scaled_advantages(rewards)).max()))
+    group_cal = advantage_calibration("group", group)
+    return BatchComparison(
+        formula_gap=gap, q=q, omega_batch=np.add(*batch_weights(p_ref, q, args)),
+        fp_batch=np.array([batch_fixed_point(p_ref, float(x), args) for x in q]),
+        omega_group=float(sum(group_cal.weights(p_ref))),
+        fp_group=float(theory.fixed_points(p_ref, settings.beta, calibration=group_cal)[0]))
+
+
 # ------------------------------------------------------------------ drift and limit
 def expected_drift(p: Any, p_ref: float, args: Any) -> np.ndarray:
     """Minus the expected gradient of TRL's loss in the success logit, on policy.
@@ -344,6 +411,46 @@ def length_fixed_point(p_ref: float, args: Any, lengths: tuple[int, int]) -> flo
         return float(w_plus / l_s + w_minus / l_f - beta * pull)
 
     return float(theory.sigmoid(optimize.brentq(gap, -30, 30, xtol=1e-13)))
+
+
+@dataclass(frozen=True)
+class LengthComparison:
+    """Fixed points with equal and unequal completion lengths (see :func:`compare_lengths`).
+
+    Attributes
+    ----------
+    loss_type : str
+    lengths : tuple of int
+        Tokens of a success and of a failure.
+    trl_equal, trl_unequal : float or None
+        Zeros of TRL's expected gradient with equal lengths and with ``lengths``.
+    theory_equal, theory_unequal : float or None
+        :func:`length_fixed_point` for the same (``None``: no formula).
+    """
+
+    loss_type: str
+    lengths: tuple[int, int]
+    trl_equal: float | None
+    trl_unequal: float | None
+    theory_equal: float | None
+    theory_unequal: float | None
+
+
+def compare_lengths(bandit: Any, p_ref: float, lengths: tuple[int, int]) -> LengthComparison:
+    """TRL's fixed point under its ``loss_type`` with equal lengths and with ``lengths``
+    (from :class:`~grpo_companion.practice.trl_bandit.TRLBandit`, whose
+    ``max_completion_length`` must hold the longer), against :func:`length_fixed_point`."""
+    args = bandit.trainer.args
+    theory_unequal = length_fixed_point(p_ref, args, lengths)  # checks p_ref and lengths
+    if max(lengths) > int(args.max_completion_length):
+        raise ValueError(f"lengths {lengths!r} exceed the bandit's max_completion_length "
+                         f"{args.max_completion_length}")
+    table = bandit.table()
+    return LengthComparison(
+        loss_type=loss_settings(args)["loss_type"], lengths=(int(lengths[0]), int(lengths[1])),
+        trl_equal=bandit.fixed_point(p_ref, table, (1, 1)),
+        trl_unequal=bandit.fixed_point(p_ref, table, tuple(lengths)),
+        theory_equal=length_fixed_point(p_ref, args, (1, 1)), theory_unequal=theory_unequal)
 
 
 # ------------------------------------------------------------- one generation round

@@ -67,3 +67,20 @@ def test_batch_and_settle_figures(bandits):
         trl_plots.settle_figure({"run": Probe()}, {}, [0.3])
     with pytest.raises(ValueError, match="colors"):
         trl_plots.settle_figure({"run": Probe()}, {"run": ([0.5], [0.01])}, [0.3], colors={})
+
+
+def test_options_table_has_a_row_per_option(bandits, tmp_path_factory):
+    grid = np.array([0.2, 0.6])
+    drift = {k: tq.compare_drift(bandits[k], 0.3, grid) for k in ("k3_ratio", "beta0")}
+    batch = tq.compare_batch(bandits["batch"], 0.3, [0.0, 1.0], n_batches=1)
+    lengths = {"k3_ratio": tq.compare_lengths(bandits["k3_ratio"], 0.3, (1, 1))}
+    rounds = {"higher": tq.compare_round(bandits["higher"], 0.3, (1,))}
+    solved = bandits["k3_ratio"].rounds(0.3, 1)
+    table = trl_plots.options_table(drift, batch, lengths, rounds,
+                                    {"rounds solved, no clip": solved}, solved)
+    lines = table.splitlines()
+    assert len(lines) == 2 + 2 + 1 + 2 + 2
+    assert f"{drift['k3_ratio'].theory_fp:.4f}" in lines[2]
+    assert "no zero" in lines[3] and "'batch'" in lines[4]
+    with pytest.raises(ValueError, match="paths"):
+        trl_plots.options_table(drift, batch, lengths, rounds, {}, solved)

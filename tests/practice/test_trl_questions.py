@@ -234,3 +234,32 @@ def test_compare_round_holds_trl_against_round_step(bandit):
     assert abs(result.solved - result.predicted) <= 1e-8
     with pytest.raises(ValueError, match="mu_values"):
         tq.compare_round(b, P_REF, ())
+
+
+def test_compare_batch_against_trl(bandit):
+    b = bandit(beta=1.0, scale_rewards="batch", per_device_train_batch_size=2 * G)
+    result = tq.compare_batch(b, P_REF, [0.0, 0.5], seed=3, n_batches=2)
+    assert result.formula_gap <= TIGHT
+    wp, wm = tq.batch_weights(P_REF, [0.0, 0.5], b.trainer.args)
+    np.testing.assert_array_equal(result.omega_batch, wp + wm)
+    assert result.fp_batch[1] == tq.batch_fixed_point(P_REF, 0.5, b.trainer.args)
+    group = bandit(beta=1.0)
+    assert result.fp_group == tq.fixed_point(P_REF, group.trainer.args)
+    plus, minus = tq.advantage_table(group.trainer.args)
+    pmf = [math.comb(G - 1, j) * P_REF ** j * (1 - P_REF) ** (G - 1 - j) for j in range(G)]
+    # Omega_G(p) is E[plus | a success] + E[minus | a failure] over the other G - 1 samples
+    omega = sum(q * (plus[j + 1] + minus[j]) for j, q in enumerate(pmf))
+    assert result.omega_group == pytest.approx(omega, rel=1e-12)
+    with pytest.raises(ValueError, match="scale_rewards"):
+        tq.compare_batch(group, P_REF, [0.5])
+
+
+def test_compare_lengths_against_trl(bandit):
+    b = bandit(beta=1.0, loss_type="grpo", max_completion_length=3)
+    result = tq.compare_lengths(b, P_REF, (3, 2))
+    assert result.loss_type == "grpo" and result.lengths == (3, 2)
+    assert abs(result.trl_unequal - result.theory_unequal) <= 1e-9
+    assert abs(result.trl_equal - result.theory_equal) <= 1e-9
+    with pytest.raises(ValueError, match="max_completion_length"):
+        tq.compare_lengths(bandit(beta=1.0, loss_type="grpo", max_completion_length=2), P_REF,
+                           (3, 2))
