@@ -1,7 +1,8 @@
 """A census of a calibration's fixed points: does amplification (Theorem 3) hold for it?
 
-:func:`audit_calibration` takes any :class:`~grpo_companion.theory.Calibration`, a
-built-in one or one a forker has just registered with
+:func:`~grpo_companion.theory.audit_calibration` takes any
+:class:`~grpo_companion.theory.Calibration`, a built-in one or one a forker has just
+registered with
 :func:`~grpo_companion.theory.register_normalization`, and finds every interior fixed
 point of the reference-KL PoS map (Theorem 2) on a grid of reference PoS and KL weights.
 Theorem 3's argument needs only ``Omega > 0``: at a fixed point
@@ -32,7 +33,9 @@ LIFT_RTOL = 1e-9
 
 @dataclass(frozen=True)
 class CalibrationAudit:
-    """The fixed-point census of one calibration (see :func:`audit_calibration`).
+    """The fixed-point census of one calibration.
+
+    Made by :func:`~grpo_companion.theory.audit_calibration`.
 
     Attributes
     ----------
