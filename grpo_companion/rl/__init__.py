@@ -7,10 +7,21 @@ loss into your own loop):
   with KL estimators, TRL-style aggregation, exact tabular objective;
 - :mod:`~grpo_companion.rl.tasks`: the bandit and the addition task;
 - :mod:`~grpo_companion.rl.policies`: tabular softmax and tiny transformer;
-- :mod:`~grpo_companion.rl.trainer`: ``TrainConfig`` and ``train`` (Algorithm 1
-  and its exact version);
+- :mod:`~grpo_companion.rl.trainer`: ``train``, its loop and one GRPO iteration
+  (Algorithm 1), read top to bottom;
+- :mod:`~grpo_companion.rl.train_config`: ``TrainConfig``, every knob of a run;
+- :mod:`~grpo_companion.rl.grpo_tasks`: the protocol a task offers the trainer (sample,
+  score, log-probabilities, metrics with the PoS), for the bandit and the addition task;
+- :mod:`~grpo_companion.rl.exact`: the exact tabular iteration (the paper's recurrence);
+- :mod:`~grpo_companion.rl.recorder`: the bookkeeping (``run.json``, history,
+  checkpoints, callbacks), one record per iteration;
+- :mod:`~grpo_companion.rl.run_state`, :mod:`~grpo_companion.rl.machine`,
+  :mod:`~grpo_companion.rl.fingerprint`: a run's state, what it needs of the machine,
+  and the digest of the code behind its numbers;
 - :mod:`~grpo_companion.rl.long_run`: long runs of the addition task with every
   prompt's exact success probability and Theorem 10's one-step distances (chapter 8);
+- :mod:`~grpo_companion.rl.seed_batch`, :mod:`~grpo_companion.rl.stacked`: several seeds
+  of those runs trained as one batched computation;
 - :mod:`~grpo_companion.rl.config`: how each ``TrainConfig`` field is declared
   once (help, valid values, TRL name), and the validation, command line and
   TRL name table generated from those declarations;

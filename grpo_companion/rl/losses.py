@@ -41,6 +41,7 @@ installed TRL.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -53,6 +54,8 @@ from grpo_companion.theory.kl_estimators import KL_ESTIMATORS as _ESTIMATORS
 #: The per-token KL estimators, from their one definition (``theory.kl_estimators.KL_ESTIMATORS``).
 KL_ESTIMATORS = tuple(_ESTIMATORS)
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+#: What ``grpo_loss`` takes as ``kl``: a per-token estimator, or the exact tabular KL.
+KL_CHOICES = ("exact", *KL_ESTIMATORS)
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
@@ -181,6 +184,53 @@ def _clip_bounds(
     return 1.0 - clip_eps_low, 1.0 + high
 
 
+def clipped_tokens(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    clip_eps_low: float | None = 0.2,
+    clip_eps_high: float | None = None,
+) -> torch.Tensor:
+    """Which tokens have the clipped branch of (GRPO-Clip) in force (Section 2).
+
+    ``(batch, tokens)`` booleans: the ratio ``exp(logp - old_logp)`` is below
+    ``1 - clip_eps_low`` where the advantage is negative, or above
+    ``1 + clip_eps_high`` where it is positive; all False without clipping. The
+    same mask :func:`per_token_loss` returns (the trainer logs its mean as
+    ``clip_fraction``).
+    """
+    bounds = _clip_bounds(clip_eps_low, clip_eps_high)
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages.unsqueeze(1)
+    if bounds is None:
+        return torch.zeros_like(ratio * adv, dtype=torch.bool)
+    low, high = bounds
+    return ((ratio < low) & (adv < 0)) | ((ratio > high) & (adv > 0))
+
+
+def anchor_penalty(
+    alpha: float,
+    to_ref: Callable[[], torch.Tensor],
+    to_old: Callable[[], torch.Tensor],
+    like: torch.Tensor,
+) -> torch.Tensor:
+    """The KL anchor of eq. (17): ``alpha * KL(pi||pi_ref) + (1 - alpha) * KL(pi||pi_old)``.
+
+    The one place the two KL terms are mixed: ``alpha = 1`` is GRPO's reference
+    penalty (eq. 6), ``alpha = 0`` Mirror GRPO's (eq. 9). ``to_ref`` and
+    ``to_old`` compute the two KL terms (a per-token estimate, an exact tabular
+    KL, or its mean over prompts); a term whose weight is 0 is not computed.
+    The sum starts from zeros shaped and typed like ``like``.
+    """
+    penalty = torch.zeros_like(like)
+    if alpha > 0:
+        penalty = penalty + alpha * to_ref()
+    if alpha < 1:
+        penalty = penalty + (1 - alpha) * to_old()
+    return penalty
+
+
 def per_token_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -262,19 +312,15 @@ def per_token_loss(
     ratio = torch.exp(logp - old_logp)
     adv = advantages.unsqueeze(1)
     surrogate = ratio * adv
-    if bounds is None:
-        clipped = torch.zeros_like(surrogate, dtype=torch.bool)
-    else:
+    if bounds is not None:
         low, high = bounds
         surrogate = torch.minimum(surrogate, torch.clamp(ratio, low, high) * adv)
-        clipped = ((ratio < low) & (adv < 0)) | ((ratio > high) & (adv > 0))
+    clipped = clipped_tokens(logp.detach(), old_logp, advantages, clip_eps_low=clip_eps_low,
+                             clip_eps_high=clip_eps_high)
     loss = -surrogate
     if penalised:
-        penalty = torch.zeros_like(loss)
-        if alpha > 0:
-            penalty = penalty + alpha * kl_penalty(logp, ref_logp, kl, old_logp)
-        if alpha < 1:
-            penalty = penalty + (1 - alpha) * kl_penalty(logp, old_logp, kl, old_logp)
+        penalty = anchor_penalty(alpha, lambda: kl_penalty(logp, ref_logp, kl, old_logp),
+                                 lambda: kl_penalty(logp, old_logp, kl, old_logp), loss)
         loss = loss + weight * penalty
     return loss, clipped
 
@@ -328,24 +374,54 @@ def grpo_loss(
     *,
     clip_eps_low: float | None = 0.2,
     clip_eps_high: float | None = None,
-    beta: float = 0.0,
+    beta: float | torch.Tensor = 0.0,
     kl: str = "k3",
     loss_type: str = "grpo",
     max_completion_length: int | None = None,
     alpha: float = 1.0,
+    tabular: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """The GRPO loss of Algorithm 1, line 10, as a scalar to minimise.
 
     :func:`per_token_loss` followed by :func:`aggregate`; see both for the
     options. With ``clip_eps_low=None``, ``beta > 0``, ``kl="k3_ratio"`` it is a
     sample estimate of the negated (GRPO-No-Clip) objective of Section 2.3.
+
+    ``kl="exact"`` (tabular policies only) replaces the per-token KL estimate by
+    the exact KL anchor of eq. (17), averaged over the batch's prompts:
+    ``tabular = (logp_all, ref_logp_all, old_logp_all)`` are the log-probabilities
+    ``(n_prompts, n_outputs)`` of every output of those prompts under the policy
+    (differentiable), pi_ref and pi_old, and the loss is the aggregated clipped
+    surrogate plus ``beta * (alpha * KL(pi||pi_ref) + (1 - alpha) * KL(pi||pi_old))``
+    (:func:`anchor_penalty`, :func:`tabular_kl`); ``ref_logp`` is then unused and
+    ``beta`` must be a number.
     """
-    per_token, _ = per_token_loss(
-        logp, old_logp, ref_logp, advantages, clip_eps_low=clip_eps_low,
-        clip_eps_high=clip_eps_high, beta=beta, kl=kl, alpha=alpha,
-    )
-    return aggregate(per_token, mask, loss_type=loss_type,
+    if kl != "exact":
+        per_token, _ = per_token_loss(
+            logp, old_logp, ref_logp, advantages, clip_eps_low=clip_eps_low,
+            clip_eps_high=clip_eps_high, beta=beta, kl=kl, alpha=alpha,
+        )
+        return aggregate(per_token, mask, loss_type=loss_type,
+                         max_completion_length=max_completion_length)
+    if isinstance(beta, torch.Tensor):
+        raise ValueError("beta must be a number with kl='exact' (one weight for the exact KL), "
+                         f"got a tensor of shape {tuple(beta.shape)}")
+    _check_real("beta", beta, 0.0, math.inf)
+    _check_real("alpha", alpha, 0.0, 1.0)
+    if beta > 0 and (tabular is None or len(tabular) != 3):
+        raise ValueError("tabular must be (logp_all, ref_logp_all, old_logp_all) with "
+                         f"kl='exact' and beta > 0, got {tabular!r}")
+    surrogate, _ = per_token_loss(logp, old_logp, None, advantages, clip_eps_low=clip_eps_low,
+                                  clip_eps_high=clip_eps_high)
+    loss = aggregate(surrogate, mask, loss_type=loss_type,
                      max_completion_length=max_completion_length)
+    if beta > 0:
+        assert tabular is not None
+        current, ref_all, old_all = tabular
+        penalty = anchor_penalty(alpha, lambda: tabular_kl(current, ref_all).mean(),
+                                 lambda: tabular_kl(current, old_all).mean(), loss)
+        loss = loss + beta * penalty
+    return loss
 
 
 def tabular_kl(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
@@ -395,9 +471,6 @@ def exact_objective(
     p_success = (probs * success).sum(dim=-1)
     p_failure = (probs * ~success).sum(dim=-1)
     value = w_plus * p_success - w_minus * p_failure
-    penalty = torch.zeros_like(value)
-    if alpha > 0:
-        penalty = penalty + alpha * tabular_kl(logp, ref_logp)
-    if alpha < 1:
-        penalty = penalty + (1 - alpha) * tabular_kl(logp, prev_logp)
+    penalty = anchor_penalty(alpha, lambda: tabular_kl(logp, ref_logp),
+                             lambda: tabular_kl(logp, prev_logp), value)
     return value - beta * penalty

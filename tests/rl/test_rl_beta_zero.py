@@ -43,7 +43,7 @@ def _count_calls(monkeypatch, cls):
     """Who calls ``cls.token_logprobs`` during each sampled step: 'policy', 'ref' or 'other'."""
     steps: list[list[str]] = []
     calls: list[object] = []
-    original, step = cls.token_logprobs, trainer._sampled_step
+    original, step = cls.token_logprobs, trainer.grpo_iteration
 
     def spy(self, *args, **kwargs):
         calls.append(self)
@@ -57,7 +57,7 @@ def _count_calls(monkeypatch, cls):
         return out
 
     monkeypatch.setattr(cls, "token_logprobs", spy)
-    monkeypatch.setattr(trainer, "_sampled_step", spy_step)
+    monkeypatch.setattr(trainer, "grpo_iteration", spy_step)
     return steps
 
 
@@ -84,7 +84,7 @@ def test_beta_zero_with_exact_kl_skips_the_tabular_reference(monkeypatch):
 
     monkeypatch.setattr(TabularSoftmaxPolicy, "log_probs", spy)
     refs: list[object] = []
-    step = trainer._sampled_step
+    step = trainer.grpo_iteration
 
     def record(run, old):
         seen.clear()
@@ -92,7 +92,7 @@ def test_beta_zero_with_exact_kl_skips_the_tabular_reference(monkeypatch):
         refs.append(sum(s is run.ref_policy for s in seen))
         return out
 
-    monkeypatch.setattr(trainer, "_sampled_step", record)
+    monkeypatch.setattr(trainer, "grpo_iteration", record)
     result = train(TrainConfig(n_prompts=8, n_outputs=4, iterations=2, kl="exact", beta=0.0,
                                progress=False))
     assert refs == [0, 0]

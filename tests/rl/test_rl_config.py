@@ -231,7 +231,7 @@ def test_building_a_config_probes_no_device_and_no_memory(monkeypatch):
     """A config is data: made, replaced and compared anywhere; the machine is asked at run time."""
     import dataclasses
 
-    from grpo_companion.rl import trainer
+    from grpo_companion.rl import machine as trainer
 
     def probe(*_args, **_kwargs):
         raise AssertionError("building a TrainConfig probed the machine")

@@ -104,7 +104,7 @@ def test_skipped_iterations_do_not_evaluate(monkeypatch):
 
     def spy(run, old, clip):
         calls.append(run.iteration)
-        evaluate(run, old, clip)
+        return evaluate(run, old, clip)
 
     monkeypatch.setattr(trainer, "_evaluate", spy)
     result = train(TrainConfig(**SEQUENCE))  # the default for the sequence task

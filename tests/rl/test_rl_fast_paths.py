@@ -32,7 +32,7 @@ CASES = {
 
 def _explicit_old_pass(monkeypatch):
     """The previous implementation: pi_old's log-probabilities by its own forward pass."""
-    anchors = trainer._anchors
+    anchors = trainer._fixed_log_probs
 
     def explicit(run, old, samples):
         out = anchors(run, old, samples)
@@ -41,7 +41,7 @@ def _explicit_old_pass(monkeypatch):
                                          temperature=run.config.temperature)
         return out
 
-    monkeypatch.setattr(trainer, "_anchors", explicit)
+    monkeypatch.setattr(trainer, "_fixed_log_probs", explicit)
 
 
 @pytest.mark.parametrize("settings", CASES.values(), ids=CASES.keys())
@@ -65,7 +65,7 @@ def test_reused_old_logprobs_match_an_explicit_old_forward_pass(monkeypatch, set
 def test_mu_one_runs_no_old_policy_forward_pass(monkeypatch, cls, settings):
     calls: list[object] = []
     per_step: list[list[str]] = []
-    original, step = cls.token_logprobs, trainer._sampled_step
+    original, step = cls.token_logprobs, trainer.grpo_iteration
 
     def spy(self, *args, **kwargs):
         calls.append(self)
@@ -79,7 +79,7 @@ def test_mu_one_runs_no_old_policy_forward_pass(monkeypatch, cls, settings):
         return out
 
     monkeypatch.setattr(cls, "token_logprobs", spy)
-    monkeypatch.setattr(trainer, "_sampled_step", spy_step)
+    monkeypatch.setattr(trainer, "grpo_iteration", spy_step)
     train(TrainConfig(**settings))
     assert len(per_step) == settings["iterations"]
     for names in per_step:  # one pass of the policy (the loss) and one of pi_ref (the KL)

@@ -20,7 +20,7 @@ from test_rl_reliability import FAST, SMALL, _cli, _one_line_error, _subprocess
 
 from grpo_companion import theory
 from grpo_companion.rl import losses
-from grpo_companion.rl import trainer as trainer_module
+from grpo_companion.rl import run_state as trainer_module
 from grpo_companion.rl.trainer import (
     TrainConfig,
     TrainingFault,

@@ -86,7 +86,7 @@ def test_exact_eps0_run_is_finite_and_follows_the_recurrence(tmp_path, capsys):
 
 def test_a_run_that_diverges_fails_clearly_instead_of_writing_nan(tmp_path, monkeypatch,
                                                                    capsys):
-    real_step = trainer_module._sampled_step
+    real_step = trainer_module.grpo_iteration
 
     def poisoned(run, old):
         stats, clip = real_step(run, old)
@@ -96,7 +96,7 @@ def test_a_run_that_diverges_fails_clearly_instead_of_writing_nan(tmp_path, monk
             stats = {**stats, "loss": math.nan}
         return stats, clip
 
-    monkeypatch.setattr(trainer_module, "_sampled_step", poisoned)
+    monkeypatch.setattr(trainer_module, "grpo_iteration", poisoned)
     out = tmp_path / "run"
     status, stdout, err = _cli(["--out", out, *SMALL], capsys)
     assert status == 1 and "done" not in stdout

@@ -8,7 +8,7 @@ each seed, up to float rounding. Both sides run torch on one thread.
 knob sets the tabular policies' precision), so the float64 comparison patches the
 trainer's sequence adapter, for the separate runs and the engine alike, to build the
 transformer in the config's ``dtype`` (the one-line change ``model.to(device, dtype)``
-in ``_SequenceSteps.build``). In float64 the two computations differ only in the order of
+in ``SequenceGRPO.build``). In float64 the two computations differ only in the order of
 their roundings (the engine groups the attention and the matrix products differently),
 each a relative ``2**-53 ~ 1.1e-16``; through the tiny model, four iterations and the
 enumeration of every output, that grows to about ``1e-14`` (what we see). ``rtol=1e-9``
@@ -39,7 +39,7 @@ import pytest
 import torch
 
 from grpo_companion import theory
-from grpo_companion.rl import long_run, seed_batch, trainer
+from grpo_companion.rl import grpo_tasks, long_run, seed_batch
 from grpo_companion.rl.long_run import LongRun
 from grpo_companion.rl.trainer import TrainConfig, prepare_run
 from grpo_companion.theory import trained_loss
@@ -71,7 +71,7 @@ def _build_in_dtype(config, device, dtype):
     return task, model.to(dtype=dtype), tracked
 
 
-_ORIGINAL_BUILD = trainer._SequenceSteps.build
+_ORIGINAL_BUILD = grpo_tasks.SequenceGRPO.build
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def float64_runs():
     """Separate and batched runs of SEEDS, the transformer in float64."""
     config = dataclasses.replace(TINY, dtype="float64")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(trainer._SequenceSteps, "build", staticmethod(_build_in_dtype))
+        patch.setattr(grpo_tasks.SequenceGRPO, "build", staticmethod(_build_in_dtype))
         separate = [long_run.run_long(dataclasses.replace(config, seed=s),
                                       record_every=RECORD_EVERY) for s in SEEDS]
         batched = seed_batch.run_seeds_batched(config, list(SEEDS), record_every=RECORD_EVERY)
@@ -161,7 +161,7 @@ def test_workers_train_parts_of_the_seeds_as_batches_of_their_own(float32_runs):
 def test_the_self_check_catches_a_forward_pass_that_is_not_the_models():
     config = dataclasses.replace(TINY, sft_steps=0)
     runs = [prepare_run(dataclasses.replace(config, seed=s)).run_state for s in (0, 1)]
-    stack = seed_batch._Stack(runs[0].policy)
+    stack = seed_batch.StackedTransformer(runs[0].policy)
     params = {name: torch.stack([dict(r.policy.named_parameters())[name].detach()
                                  for r in runs]) for name, _ in runs[0].policy.named_parameters()}
     seed_batch._self_check(stack, runs, params)  # the same weights: passes
