@@ -59,7 +59,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """Build (and so validate) the configuration from parsed arguments, and check that this
-    machine can run it (:func:`~grpo_companion.rl.trainer.check_machine`).
+    machine can run it (:func:`~grpo_companion.rl.machine.check_machine`).
 
     Error messages name the option as typed (``--group-size``, not ``group_size``).
     """

@@ -132,7 +132,7 @@ class StackedTransformer:
         :meth:`prompt_pass` returns them) and, causally, to its own row. ``_BLOCK_ROWS``
         rows of a context form one attention block whose mask keeps the rows apart. With
         ``keep``, also the rows' own keys and values, per block ``(S, N, R, heads, t,
-        head width)`` (for :meth:`_descend`).
+        head width)`` (for ``_descend``).
         """
         seeds, n, rows, t = tokens.shape
         heads, dh = self.n_heads, self.width // self.n_heads
