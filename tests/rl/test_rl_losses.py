@@ -241,3 +241,313 @@ def test_exact_objective_is_maximised_by_theorem8_policy():
     for _ in range(20):
         other = torch.log_softmax(star + 0.1 * torch.randn(3, 6, generator=g, dtype=D), 1)
         assert torch.all(objective(other) < best)
+
+
+# --- the losses API of the restructured trainer: kl="exact", per-sequence beta,
+# anchor_penalty, clipped_tokens, KL_CHOICES; each against a computation written out here ---
+
+
+def _np_surrogate(logp, old, adv, low=0.8, high=1.2):
+    """-min(r A, clip(r, low, high) A) per token, in numpy."""
+    r = np.exp(np.asarray(logp) - np.asarray(old))
+    a = np.asarray(adv)[:, None]
+    return -np.minimum(r * a, np.clip(r, low, high) * a)
+
+
+def _np_kl(logp, logq):
+    """KL(p||q) = sum_o p(o) log(p(o) / q(o)) per row, written out with the probabilities."""
+    p, q = np.exp(logp), np.exp(logq)
+    return (p * np.log(p / q)).sum(axis=-1)
+
+
+def _tabular_case(seed=0, n_prompts=3, n_outputs=5, group=4):
+    """Tabular policies and one sampled output per sequence (a bandit: one token each)."""
+    g = torch.Generator().manual_seed(seed)
+    theta = torch.randn(n_prompts, n_outputs, generator=g, dtype=D)
+    ref = torch.log_softmax(torch.randn(n_prompts, n_outputs, generator=g, dtype=D), 1)
+    old = torch.log_softmax(theta + 0.3 * torch.randn(n_prompts, n_outputs, generator=g,
+                                                      dtype=D), 1)
+    prompt = torch.arange(n_prompts).repeat_interleave(group)
+    output = torch.randint(n_outputs, (n_prompts * group,), generator=g)
+    adv = torch.randn(n_prompts * group, generator=g, dtype=D)
+    return theta, ref, old, prompt, output, adv
+
+
+def _exact_loss_by_hand(theta, ref, old, prompt, output, adv, beta, alpha):
+    """The aggregated ("grpo") clipped surrogate plus beta times the exact KL anchor, in numpy."""
+    logp_all = theta - np.log(np.exp(theta).sum(axis=1, keepdims=True))
+    logp = logp_all[prompt, output][:, None]
+    surrogate = _np_surrogate(logp, old[prompt, output][:, None], adv).mean()
+    kl = alpha * _np_kl(logp_all, ref).mean() + (1 - alpha) * _np_kl(logp_all, old).mean()
+    return surrogate + beta * kl
+
+
+def _exact_loss(theta, ref, old, prompt, output, adv, beta, alpha):
+    logp_all = torch.log_softmax(theta, 1)
+    logp = logp_all[prompt, output][:, None]
+    mask = torch.ones_like(logp, dtype=torch.bool)
+    return losses.grpo_loss(logp, old[prompt, output][:, None], None, adv, mask, beta=beta,
+                            kl="exact", alpha=alpha, tabular=(logp_all, ref, old))
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.0, 0.3])
+def test_exact_kl_loss_is_the_tabular_kl_written_out(alpha):
+    theta, ref, old, prompt, output, adv = _tabular_case()
+    beta = 0.7
+    got = _exact_loss(theta, ref, old, prompt, output, adv, beta, alpha)
+    args = (theta.numpy(), ref.numpy(), old.numpy(), prompt.numpy(), output.numpy(), adv.numpy())
+    np.testing.assert_allclose(float(got), _exact_loss_by_hand(*args, beta, alpha), rtol=1e-12)
+    # the KL is what makes the difference: beta = 0 leaves the surrogate alone
+    np.testing.assert_allclose(float(_exact_loss(theta, ref, old, prompt, output, adv, 0.0, alpha)),
+                               _exact_loss_by_hand(*args, 0.0, alpha), rtol=1e-12)
+    assert abs(float(got) - _exact_loss_by_hand(*args, 0.0, alpha)) > 1e-3
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.0, 0.3])
+def test_exact_kl_loss_gradient_matches_finite_differences(alpha):
+    theta, ref, old, prompt, output, adv = _tabular_case(seed=1)
+    beta = 0.7
+    # no ratio within 1e-4 of a clip bound, where the loss has a kink
+    ratio = torch.exp(torch.log_softmax(theta, 1) - old)[prompt, output]
+    assert float(torch.min(torch.abs(ratio - 0.8))) > 1e-4
+    assert float(torch.min(torch.abs(ratio - 1.2))) > 1e-4
+    x = theta.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(_exact_loss(x, ref, old, prompt, output, adv, beta, alpha), x)
+    args = (ref.numpy(), old.numpy(), prompt.numpy(), output.numpy(), adv.numpy(), beta, alpha)
+    base, h = theta.numpy(), 1e-6
+    numeric = np.zeros_like(base)
+    for idx in np.ndindex(base.shape):
+        up, down = base.copy(), base.copy()
+        up[idx] += h
+        down[idx] -= h
+        numeric[idx] = (_exact_loss_by_hand(up, *args) - _exact_loss_by_hand(down, *args)) / (2 * h)
+    np.testing.assert_allclose(grad.numpy(), numeric, atol=1e-8)
+    assert np.abs(numeric).max() > 1e-2
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [
+    ({"beta": 0.1, "tabular": None}, "tabular"),
+    ({"beta": 0.1, "tabular": "two"}, "tabular"),
+    ({"beta": torch.full((12,), 0.1, dtype=D)}, "beta"),
+    ({"beta": -0.1}, "beta"),
+    ({"beta": 0.1, "alpha": 1.5}, "alpha"),
+    ({"beta": 0.1, "alpha": float("nan")}, "alpha"),
+])
+def test_exact_kl_loss_rejects_bad_values(kwargs, name):
+    theta, ref, old, prompt, output, adv = _tabular_case()
+    logp_all = torch.log_softmax(theta, 1)
+    logp = logp_all[prompt, output][:, None]
+    kwargs = {"tabular": (logp_all, ref, old), **kwargs}
+    if kwargs["tabular"] == "two":
+        kwargs["tabular"] = (logp_all, ref)
+    with pytest.raises(ValueError, match=name) as info:
+        losses.grpo_loss(logp, old[prompt, output][:, None], None, adv,
+                         torch.ones_like(logp, dtype=torch.bool), kl="exact", **kwargs)
+    assert "got" in str(info.value)
+
+
+@pytest.mark.xfail(strict=True, raises=(RuntimeError, pytest.fail.Exception),
+                   reason="grpo_loss does not check the shapes of tabular: mismatched "
+                          "distributions reach tabular_kl and fail there with torch's "
+                          "broadcasting RuntimeError")
+def test_exact_kl_loss_rejects_mismatched_tabular_shapes():
+    theta, ref, old, prompt, output, adv = _tabular_case()
+    logp_all = torch.log_softmax(theta, 1)
+    logp = logp_all[prompt, output][:, None]
+    with pytest.raises(ValueError, match="tabular"):
+        losses.grpo_loss(logp, old[prompt, output][:, None], None, adv,
+                         torch.ones_like(logp, dtype=torch.bool), beta=0.1, kl="exact",
+                         tabular=(logp_all, ref[:, :4], old))
+
+
+@pytest.mark.parametrize("loss_type", losses.LOSS_TYPES)
+@pytest.mark.parametrize(("kl", "alpha"), [("k3", 1.0), ("k3_ratio", 0.4), ("k2", 0.0)])
+def test_per_sequence_beta_is_a_loop_over_sequences(loss_type, kl, alpha):
+    logp, old, ref, adv, mask = _batch(seed=2)
+    beta = torch.tensor([0.0, 0.05, 0.3, 1.0, 0.2, 0.0], dtype=D)
+    x = logp.clone().requires_grad_(True)
+    got = losses.grpo_loss(x, old, ref, adv, mask, beta=beta, kl=kl, alpha=alpha,
+                           loss_type=loss_type, max_completion_length=8)
+    # one sequence at a time, each with its own scalar beta, recombined with the weights each
+    # aggregation gives a sequence: equal (grpo, dr_grpo) or its number of tokens (bnpo, dapo)
+    y = logp.clone().requires_grad_(True)
+    tokens = mask.sum(1).to(D)
+    share = tokens / tokens.sum() if loss_type in ("bnpo", "dapo") else torch.full_like(
+        tokens, 1 / len(tokens))
+    looped = sum(share[i] * losses.grpo_loss(
+        y[i:i + 1], old[i:i + 1], ref[i:i + 1], adv[i:i + 1], mask[i:i + 1], beta=float(beta[i]),
+        kl=kl, alpha=alpha, loss_type=loss_type, max_completion_length=8)
+        for i in range(len(beta)))
+    np.testing.assert_allclose(float(got.detach()), float(looped.detach()), rtol=1e-12)
+    (g_got,) = torch.autograd.grad(got, x)
+    (g_loop,) = torch.autograd.grad(looped, y)
+    np.testing.assert_allclose(g_got.numpy(), g_loop.numpy(), rtol=1e-12, atol=1e-15)
+    # and a tensor of equal weights is the scalar
+    same = losses.grpo_loss(logp, old, ref, adv, mask, beta=torch.full_like(beta, 0.3), kl=kl,
+                            alpha=alpha, loss_type=loss_type, max_completion_length=8)
+    scalar = losses.grpo_loss(logp, old, ref, adv, mask, beta=0.3, kl=kl, alpha=alpha,
+                              loss_type=loss_type, max_completion_length=8)
+    np.testing.assert_allclose(float(same), float(scalar), rtol=1e-14)
+
+
+@pytest.mark.parametrize("beta", [
+    torch.full((5,), 0.1, dtype=D), torch.full((6, 1), 0.1, dtype=D),
+    torch.tensor([0.1, 0.1, -0.1, 0.1, 0.1, 0.1], dtype=D),
+    torch.tensor([0.1, 0.1, float("nan"), 0.1, 0.1, 0.1], dtype=D),
+    torch.tensor([0.1, 0.1, float("inf"), 0.1, 0.1, 0.1], dtype=D),
+])
+def test_per_sequence_beta_rejects_bad_tensors(beta):
+    logp, old, ref, adv, mask = _batch()
+    with pytest.raises(ValueError, match="beta") as info:
+        losses.grpo_loss(logp, old, ref, adv, mask, beta=beta)
+    assert "got" in str(info.value)
+
+
+def test_per_sequence_beta_needs_ref_logp_only_when_some_weight_is_positive():
+    logp, old, ref, adv, mask = _batch()
+    zeros = torch.zeros(6, dtype=D)
+    np.testing.assert_allclose(float(losses.grpo_loss(logp, old, None, adv, mask, beta=zeros)),
+                               float(losses.grpo_loss(logp, old, ref, adv, mask)), rtol=1e-14)
+    with pytest.raises(ValueError, match="ref_logp"):
+        losses.grpo_loss(logp, old, None, adv, mask, beta=zeros + 0.1)
+
+
+def _anchor_terms(seed=4):
+    g = torch.Generator().manual_seed(seed)
+    cur, ref, old = (torch.log_softmax(torch.randn(3, 5, generator=g, dtype=D), 1)
+                     for _ in range(3))
+    return cur, ref, old
+
+
+def _unused():
+    raise AssertionError("a KL term whose weight is 0 was computed")
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.0, 0.3])
+def test_anchor_penalty_mixes_the_two_kl_terms_written_out(alpha):
+    cur, ref, old = _anchor_terms()
+    to_ref, to_old = _np_kl(cur.numpy(), ref.numpy()), _np_kl(cur.numpy(), old.numpy())
+    got = losses.anchor_penalty(
+        alpha, (lambda: losses.tabular_kl(cur, ref)) if alpha > 0 else _unused,
+        (lambda: losses.tabular_kl(cur, old)) if alpha < 1 else _unused, torch.zeros(3, dtype=D))
+    np.testing.assert_allclose(got.numpy(), alpha * to_ref + (1 - alpha) * to_old, rtol=1e-12)
+    assert got.dtype == D and got.shape == (3,)
+
+
+def test_anchor_penalty_takes_shape_and_dtype_from_like():
+    cur, ref, _ = _anchor_terms()
+    got = losses.anchor_penalty(1.0, lambda: losses.tabular_kl(cur, ref).mean(), _unused,
+                                torch.zeros(2, 4, dtype=D))
+    expected = _np_kl(cur.numpy(), ref.numpy()).mean()
+    np.testing.assert_allclose(got.numpy(), np.full((2, 4), expected), rtol=1e-12)
+
+
+@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,
+                   reason="anchor_penalty does not check alpha (its callers do): alpha=1.5 "
+                          "extrapolates, NaN returns zeros")
+@pytest.mark.parametrize("alpha", [1.5, -0.5, float("nan")])
+def test_anchor_penalty_rejects_alpha_outside_unit_interval(alpha):
+    cur, ref, old = _anchor_terms()
+    with pytest.raises(ValueError, match="alpha"):
+        losses.anchor_penalty(alpha, lambda: losses.tabular_kl(cur, ref),
+                              lambda: losses.tabular_kl(cur, old), torch.zeros(3, dtype=D))
+
+
+def _ppo_rule(logp, old, adv, eps_low, eps_high):
+    """Clipped where the ratio is past the bound in the direction the advantage pushes."""
+    high = eps_low if eps_high is None else eps_high
+    out = np.zeros(logp.shape, dtype=bool)
+    for i, j in np.ndindex(logp.shape):
+        ratio = math.exp(float(logp[i, j]) - float(old[i, j]))
+        out[i, j] = (adv[i] > 0 and ratio > 1 + high) or (adv[i] < 0 and ratio < 1 - eps_low)
+    return out
+
+
+@pytest.mark.parametrize(("eps_low", "eps_high"), [(0.2, None), (0.2, 0.28), (0.05, 0.5),
+                                                   (0.0, 0.0)])
+def test_clipped_tokens_is_the_ppo_rule_written_out(eps_low, eps_high):
+    logp, old, _, adv, _ = _batch(seed=5)
+    adv[1] = 0.0  # a zero advantage pushes nowhere: never clipped
+    got = losses.clipped_tokens(logp, old, adv, clip_eps_low=eps_low, clip_eps_high=eps_high)
+    expected = _ppo_rule(logp.numpy(), old.numpy(), adv.numpy(), eps_low, eps_high)
+    assert got.dtype == torch.bool
+    np.testing.assert_array_equal(got.numpy(), expected)
+    assert expected.any() and not expected.all()
+    assert not got[1].any()
+    # the mask per_token_loss returns, and where its surrogate has no gradient
+    x = logp.clone().requires_grad_(True)
+    loss, clipped = losses.per_token_loss(x, old, None, adv, clip_eps_low=eps_low,
+                                          clip_eps_high=eps_high)
+    assert torch.equal(clipped, got)
+    (grad,) = torch.autograd.grad(loss.sum(), x)
+    assert torch.all(grad[got] == 0)
+
+
+@pytest.mark.parametrize("off", [None, math.inf])
+def test_clipped_tokens_without_clipping_is_all_false(off):
+    logp, old, _, adv, _ = _batch(seed=5)
+    got = losses.clipped_tokens(3 * logp, old, adv, clip_eps_low=off)
+    assert got.shape == logp.shape and got.dtype == torch.bool and not got.any()
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [
+    ({"clip_eps_low": -0.1}, "clip_eps_low"), ({"clip_eps_low": 1.5}, "clip_eps_low"),
+    ({"clip_eps_low": float("nan")}, "clip_eps_low"), ({"clip_eps_high": -1.0}, "clip_eps_high"),
+    ({"clip_eps_low": None, "clip_eps_high": 0.3}, "clip_eps_high"),
+])
+def test_clipped_tokens_rejects_bad_values(kwargs, name):
+    logp, old, _, adv, _ = _batch()
+    with pytest.raises(ValueError, match=name) as info:
+        losses.clipped_tokens(logp, old, adv, **kwargs)
+    assert "got" in str(info.value)
+
+
+@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,
+                   reason="clipped_tokens does not check shapes: advantages (batch, 1) broadcast "
+                          "to (batch, batch, tokens) and a (batch, 1) old_logp is broadcast, "
+                          "both silently")
+@pytest.mark.parametrize("which", ["advantages", "old_logp"])
+def test_clipped_tokens_rejects_bad_shapes(which):
+    logp, old, _, adv, _ = _batch()
+    args = {"advantages": (logp, old, adv[:, None]), "old_logp": (logp, old[:, :1], adv)}[which]
+    with pytest.raises(ValueError, match=which):
+        losses.clipped_tokens(*args)
+
+
+def test_kl_choices_are_the_estimator_registry_and_exact():
+    from grpo_companion.theory.kl_estimators import KL_ESTIMATORS
+
+    assert losses.KL_CHOICES == ("exact", *KL_ESTIMATORS)
+    assert losses.KL_ESTIMATORS == tuple(KL_ESTIMATORS)
+
+
+def _registered_estimators():
+    from grpo_companion.theory.kl_estimators import KL_ESTIMATORS
+
+    return tuple(KL_ESTIMATORS)
+
+
+@pytest.mark.parametrize("kl", _registered_estimators())
+def test_every_registered_estimator_is_the_theory_value_in_the_loss(kl):
+    from grpo_companion.theory.kl_estimators import KL_ESTIMATORS
+
+    estimator = KL_ESTIMATORS[kl]
+    logp, old, ref, adv, mask = _batch(seed=6)
+    ref = ref.clone()
+    ref[0] = logp[0] + torch.linspace(1.5, 6.0, logp.shape[1], dtype=D)  # d > 1 as well
+    lp, lo, lr = logp.numpy(), old.numpy(), ref.numpy()
+
+    def theory_value(anchor):
+        value = estimator.value(anchor - lp, np)
+        return np.exp(lp - lo) * value if estimator.ratio_weighted else value
+
+    got = losses.kl_penalty(logp, ref, kl, old_logp=old)
+    np.testing.assert_allclose(got.numpy(), theory_value(lr), rtol=1e-12, atol=1e-15)
+    # grpo_loss accepts it, and its value is the surrogate plus the theory's penalty
+    beta, alpha = 0.2, 0.6
+    loss = losses.grpo_loss(logp, old, ref, adv, mask, beta=beta, kl=kl, alpha=alpha,
+                            loss_type="bnpo")
+    tok = _np_surrogate(lp, lo, adv.numpy()) + beta * (
+        alpha * theory_value(lr) + (1 - alpha) * theory_value(lo))
+    m = mask.numpy()
+    np.testing.assert_allclose(float(loss), (tok * m).sum() / m.sum(), rtol=1e-12)
