@@ -32,6 +32,8 @@ from pathlib import Path
 import nbformat
 from myst_nb.core.variables import format_plain_text
 
+from grpo_companion.files import atomic_write
+
 GLUE_KEY = "scrapbook"
 GLUE_PREFIX = "application/papermill.record/"
 #: How Sphinx numbers figures and tables in this book (Sphinx's defaults).
@@ -308,8 +310,6 @@ def export_reader_notebooks(stage: Path, html: Path, doctrees: Path, bibfile: Pa
                             documents: list[str]) -> int:
     """Write the reader notebook of every staged chapter over the one the download button
     serves (``html/_sources/<doc>.ipynb``); returns how many were written."""
-    from grpo_companion.book.pipeline import atomic_write
-
     if not (doctrees / "environment.pickle").exists():  # no Sphinx build here (a test's fake)
         return 0
     refs = read_references(doctrees, bibfile)

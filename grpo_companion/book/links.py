@@ -47,6 +47,9 @@ BINDER_URL = "https://mybinder.org"
 REPOSITORY_PROVIDERS = ("github", "gitlab", "bitbucket")
 #: The name under which pybtex knows :class:`AuthorYearStyle` (``bibtex_default_style``).
 BIBLIOGRAPHY_STYLE = "grpo_author_year"
+#: The checkout the book is built from (``pipeline.REPO_ROOT``, found here as there, so that
+#: this module, which the pipeline imports, does not import the pipeline back).
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # ---------------------------------------------------------------------------- repository
 
@@ -286,13 +289,11 @@ def launch_source(url: str, pagename: str, root: Path) -> str:
 
 def _launch_the_sources(app, pagename, templatename, context, doctree) -> None:
     """``html-page-context``: :func:`launch_source` on every header button of the page."""
-    from grpo_companion.book.pipeline import REPO_ROOT
-
     def walk(buttons):
         for button in buttons or []:
             if isinstance(button, dict):
                 if isinstance(button.get("url"), str):
-                    button["url"] = launch_source(button["url"], pagename, REPO_ROOT)
+                    button["url"] = launch_source(button["url"], pagename, _REPO_ROOT)
                 walk(button.get("buttons"))
 
     walk(context.get("header_buttons"))

@@ -15,7 +15,8 @@ that a broken reference, a missing citation or a bad option fails the build.
 
 The staged tree is only rewritten where content changed, so that Sphinx's
 incremental build (keyed on file modification times) stays warm. Every file is
-written atomically (an unpredictable temporary beside it, then ``os.replace``),
+written atomically (:func:`grpo_companion.files.atomic_write`: an unpredictable temporary
+beside it, then ``os.replace``),
 each cached notebook carries a SHA-256 checksum of its bytes (a ``.sha256``
 sidecar written with it; a notebook that no longer matches is executed again),
 and one build at a time holds ``<out>/.build.lock`` (:func:`build_lock`).
@@ -27,7 +28,6 @@ import ast
 import base64
 import contextlib
 import fcntl
-import glob
 import hashlib
 import json
 import keyword
@@ -51,7 +51,13 @@ import yaml
 from grpo_companion.book.export import export_reader_notebooks
 from grpo_companion.book.kernel import kernel_digest, kernel_session
 from grpo_companion.book.parameters import check_value
-from grpo_companion.files import write_atomically
+from grpo_companion.files import (  # the book's writers (defined here before; still importable)
+    atomic_write,
+    copy_if_changed,
+    remove_stale_temporaries,  # noqa: F401
+    sweep_stale_temporaries,
+    write_if_changed,
+)
 from grpo_companion.plotting import TEXT_RECORD_KEY
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -334,80 +340,6 @@ def cache_key(notebook_text: str, parameters: Mapping[str, object], library: str
 
 
 # ------------------------------------------------------------------------ files
-
-
-def _temporary_prefix(path: Path) -> str:
-    return f".{path.name}.tmp-"
-
-
-#: a temporary of :func:`atomic_write`: ``.<name>.tmp-<pid>-<8 mkstemp characters>``
-#: (or ``.<name>.tmp-<pid>``, as writers before mkstemp named it)
-_TEMPORARY = re.compile(r"\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)(?:-[a-z0-9_]{8})?")
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
-def _stale_temporary(name: str, target: str | None = None) -> bool:
-    """True for a temporary of :func:`atomic_write` (for ``target`` when given)
-    whose writer process is gone."""
-    match = _TEMPORARY.fullmatch(name)
-    if match is None or (target is not None and match["name"] != target):
-        return False
-    pid = int(match["pid"])
-    return pid != os.getpid() and not _process_alive(pid)
-
-
-def remove_stale_temporaries(path: Path) -> None:
-    """Remove the temporaries that killed writers of ``path`` left beside it
-    (only names of :func:`atomic_write`'s own pattern, only of dead processes)."""
-    pattern = os.path.join(glob.escape(str(path.parent)), glob.escape(_temporary_prefix(path)))
-    for name in glob.glob(pattern + "*"):
-        if _stale_temporary(os.path.basename(name), path.name):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name)
-
-
-def sweep_stale_temporaries(folder: Path) -> None:
-    """:func:`remove_stale_temporaries` for every file under ``folder``."""
-    for parent, _dirs, names in os.walk(folder):
-        for name in names:
-            if _stale_temporary(name):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(parent, name))
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (:func:`grpo_companion.files.write_atomically`):
-    ``path`` holds either its earlier content or all of ``data``, and the new file gets the
-    mode a plain write would give it. The temporary's name carries this process's id, so that
-    :func:`remove_stale_temporaries` (called first) can tell a dead writer's leftovers."""
-    remove_stale_temporaries(path)
-    write_atomically(path, lambda f: f.write(data),
-                     prefix=f"{_temporary_prefix(path)}{os.getpid()}-")
-
-
-def write_if_changed(path: Path, data: bytes) -> bool:
-    """Atomically write ``data`` unless the file already holds it; True if written.
-
-    Stale temporaries of earlier, killed calls for ``path`` are removed either way."""
-    path = Path(path)
-    if path.exists() and path.read_bytes() == data:
-        remove_stale_temporaries(path)
-        return False
-    atomic_write(path, data)  # removes them too
-    return True
-
-
-def copy_if_changed(src: Path, dst: Path) -> bool:
-    return write_if_changed(dst, src.read_bytes())
 
 
 def mathjax_source_dir() -> Path:
