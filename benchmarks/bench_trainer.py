@@ -30,6 +30,7 @@ Usage: ``python benchmarks/bench_trainer.py [--repeats R] [--iterations N]``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -38,9 +39,12 @@ from typing import Any
 import torch
 
 from grpo_companion.rl import trainer as tr
+from grpo_companion.rl.grpo_tasks import SequenceGRPO
+from grpo_companion.rl.policies import TinyCausalTransformer
+from grpo_companion.rl.run_state import RunState
 
 
-def _full_forward_sample(model: tr.TinyCausalTransformer, prompts: torch.Tensor, group: int,
+def _full_forward_sample(model: TinyCausalTransformer, prompts: torch.Tensor, group: int,
                          new_tokens: int, generator: torch.Generator) -> torch.Tensor:
     """The sampler before the KV cache: every row's whole sequence again for each token."""
     sequence = prompts.repeat_interleave(group, dim=0)
@@ -65,7 +69,7 @@ def _seconds(function: Any) -> float:
 
 def sampling(repeats: int) -> dict[str, Any]:
     config = tr.TrainConfig(task="sequence", sft_steps=0, progress=False, device="cpu")
-    run = tr._Run(config, torch.device("cpu"))
+    run = RunState(config, torch.device("cpu"))
     model, task = run.policy, run.task
     out: dict[str, Any] = {}
     new = task.max_new_tokens
@@ -94,13 +98,15 @@ def sampling(repeats: int) -> dict[str, Any]:
 def _timed_run(config: tr.TrainConfig) -> dict[str, float]:
     """Seconds of training (per iteration, evaluation excluded) and per evaluation."""
     spent = {"evaluation": 0.0, "evaluations": 0, "sampling": 0.0}
-    evaluate, sample = tr._evaluate, tr._SequenceSteps.sample
+    evaluate, sample = tr._evaluate, SequenceGRPO.sample
 
-    def timed_evaluate(*args: Any) -> None:
+    def timed_evaluate(*args: Any) -> Any:
         start = time.perf_counter()
-        evaluate(*args)
-        spent["evaluation"] += time.perf_counter() - start
-        spent["evaluations"] += 1
+        try:
+            return evaluate(*args)
+        finally:
+            spent["evaluation"] += time.perf_counter() - start
+            spent["evaluations"] += 1
 
     def timed_sample(*args: Any) -> Any:
         start = time.perf_counter()
@@ -110,13 +116,13 @@ def _timed_run(config: tr.TrainConfig) -> dict[str, float]:
             spent["sampling"] += time.perf_counter() - start
 
     stamps: list[float] = []
-    tr._evaluate = timed_evaluate
-    tr._SequenceSteps.sample = staticmethod(timed_sample)
+    tr._evaluate = timed_evaluate  # the training loop's evaluation of the tracked prompts
+    SequenceGRPO.sample = timed_sample  # line 6 of Algorithm 1: the groups of pi_old
     try:
         start = time.perf_counter()
         result = tr.train(config, callback=lambda n: stamps.append(time.perf_counter()))
     finally:
-        tr._evaluate, tr._SequenceSteps.sample = evaluate, staticmethod(sample)
+        tr._evaluate, SequenceGRPO.sample = evaluate, sample
     # the loop: from just before iteration 1 (after pre-training and the evaluation of pi_ref)
     first_eval = spent["evaluation"] / spent["evaluations"]
     loop = stamps[-1] - start
@@ -133,8 +139,8 @@ def evaluation(repeats: int, iterations: int) -> dict[str, Any]:
     base = tr.TrainConfig(task="sequence", sft_steps=0, progress=False, device="cpu")
     every_runs, default_runs = [], []
     for _ in range(repeats):  # alternating
-        every_runs.append(_timed_run(tr.dataclasses.replace(base, iterations=iterations,
-                                                            eval_every=1)))
+        every_runs.append(_timed_run(dataclasses.replace(base, iterations=iterations,
+                                                         eval_every=1)))
         default_runs.append(_timed_run(base))
     median = {k: statistics.median(r[k] for r in every_runs) for k in every_runs[0]}
     train_s, eval_s = median["training_per_iteration_s"], median["evaluation_s"]

@@ -101,6 +101,11 @@ def _prompts() -> tuple[list[str], list[str]]:
 def run_ours(steps: int, warmup: int) -> dict[str, Any]:
     _one_thread()
     from grpo_companion.rl import trainer as tr
+    from grpo_companion.rl.grpo_tasks import SequenceGRPO
+    from grpo_companion.rl.policies import TinyCausalTransformer
+    from grpo_companion.rl.tasks import EOS as EOS_ID
+    from grpo_companion.rl.tasks import PAD as PAD_ID
+    from grpo_companion.rl.tasks import VOCAB_SIZE
 
     iterations = warmup + steps + 1  # the last one is evaluated: not timed
     config = tr.TrainConfig(
@@ -111,29 +116,46 @@ def run_ours(steps: int, warmup: int) -> dict[str, Any]:
         normalization="mean_std", eps=1e-4, eps_placement="std", ddof=1,
         optimizer="adam", lr=LR, temperature=1.0)
     clock = _Clock()
-    steps_class = tr._TASK_ADAPTERS["sequence"]
-    sample, reward = steps_class.sample, steps_class.reward
+    # the parts of one GRPO iteration (trainer.grpo_iteration): sampling and rewards are the
+    # task's (SequenceGRPO.sample / .score), pi_ref's log-probabilities trainer._fixed_log_probs,
+    # the policy's forward pass SequenceGRPO.log_probs and its loss losses.grpo_loss
+    sample, score, log_probs = SequenceGRPO.sample, SequenceGRPO.score, SequenceGRPO.log_probs
+    reference = tr._fixed_log_probs
+    in_reference = [False]
 
     def counted_sample(*args: Any) -> Any:
-        prompts, completions, mask = sample(*args)
+        groups = sample(*args)
         if clock.on:
-            clock.tokens += int(mask.sum())
-        return prompts, completions, mask
+            clock.tokens += int(groups.mask.sum())
+        return groups
+
+    def fixed_log_probs(*args: Any) -> Any:
+        in_reference[0] = True
+        try:
+            return reference(*args)
+        finally:
+            in_reference[0] = False
+
+    timed_forward = clock.wrap("policy_forward", log_probs)
+
+    def policy_log_probs(*args: Any) -> Any:  # pi_ref's pass counts as reference_logprobs
+        return log_probs(*args) if in_reference[0] else timed_forward(*args)
 
     patches = {
-        (steps_class, "sample"): staticmethod(clock.wrap("sampling", counted_sample)),
-        (steps_class, "reward"): staticmethod(clock.wrap("rewards", reward)),
-        (tr, "_anchors"): clock.wrap("reference_logprobs", tr._anchors),
-        (tr, "_sampled_loss"): clock.wrap("policy_forward_loss", tr._sampled_loss),
-        (tr, "_first_order_step"): clock.wrap("_loss_backward_optimizer",
-                                              tr._first_order_step),
+        (SequenceGRPO, "sample"): clock.wrap("sampling", counted_sample),
+        (SequenceGRPO, "score"): clock.wrap("rewards", score),
+        (SequenceGRPO, "log_probs"): policy_log_probs,
+        (tr, "_fixed_log_probs"): clock.wrap("reference_logprobs", fixed_log_probs),
+        (tr.losses, "grpo_loss"): clock.wrap("loss", tr.losses.grpo_loss),
         (tr.losses, "group_advantages"): clock.wrap("advantages", tr.losses.group_advantages),
-        (tr, "_sampled_step"): clock.wrap("_step", tr._sampled_step),
+        (tr, "grpo_iteration"): clock.wrap("_step", tr.grpo_iteration),
     }
     import torch
 
     adam_step = torch.optim.Adam.step
     torch.optim.Adam.step = clock.wrap("optimizer_step", adam_step)  # type: ignore[method-assign]
+    backward = torch.Tensor.backward
+    torch.Tensor.backward = clock.wrap("backward", backward)  # type: ignore[method-assign]
     for (owner, name), value in patches.items():
         setattr(owner, name, value)
     stamps: list[float] = []
@@ -144,21 +166,20 @@ def run_ours(steps: int, warmup: int) -> dict[str, Any]:
 
     tr.train(config, callback=callback)
     elapsed = stamps[warmup + steps - 1] - stamps[warmup - 1]
-    s = {k: v / steps for k, v in clock.seconds.items()}
-    backward = s["_loss_backward_optimizer"] - s["policy_forward_loss"] - s["optimizer_step"]
+    s = defaultdict(float, {k: v / steps for k, v in clock.seconds.items()})
     parts = {
         "sampling": s["sampling"],
         "rewards_advantages": s["rewards"] + s["advantages"],
         "reference_logprobs": s["reference_logprobs"],
-        "policy_forward_loss": s["policy_forward_loss"],
-        "backward": backward,
+        "policy_forward_loss": s["policy_forward"] + s["loss"],
+        "backward": s["backward"],
         "optimizer_step": s["optimizer_step"],
     }
     parts["other"] = elapsed / steps - sum(parts.values())
     return {"steps_per_s": steps / elapsed, "tokens_per_s": clock.tokens / elapsed,
-            "parameters": sum(p.numel() for p in tr.TinyCausalTransformer(
-                tr.VOCAB_SIZE, 10, d_model=WIDTH, n_layers=LAYERS, n_heads=HEADS,
-                eos_id=tr.EOS, pad_id=tr.PAD).parameters()),
+            "parameters": sum(p.numel() for p in TinyCausalTransformer(
+                VOCAB_SIZE, 10, d_model=WIDTH, n_layers=LAYERS, n_heads=HEADS,
+                eos_id=EOS_ID, pad_id=PAD_ID).parameters()),
             "seconds_per_step": parts}
 
 
