@@ -159,7 +159,8 @@ CLAIMS: dict[str, str] = {
                                r"the entropy by $-\mathrm{Cov}_\pi(\log \pi, \Delta z)$ to "
                                "first order",
     "beyond_entropy_law": r"Cui et al. (arXiv 2505.22617): success and entropy follow "
-                          r"$R = -a e^H + b$ along training, better than a line in $H$",
+                          r"$R = -a e^H + b$ with $a > 0$ along training (the book's test: "
+                          r"better than a line in $H$ by 3 standard errors)",
     "beyond_clip_bias": "Shao et al. (arXiv 2506.10947): with rewards independent of the "
                         r"output, clipping and $\mu > 1$ push the high-prior output up",
     "beyond_arcsin": "Davis and Recht (arXiv 2510.13651): GRPO's expected update is gradient "
