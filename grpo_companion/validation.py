@@ -32,12 +32,14 @@ __all__ = [
     "check_interval",
     "check_logit",
     "check_memory",
+    "check_number",
     "check_probability",
     "check_probability_vector",
     "check_real",
     "check_scalar_array",
     "check_seed",
     "check_success_mask",
+    "is_real_number",
     "memory_limit_bytes",
 ]
 
@@ -143,6 +145,33 @@ def check_real(
     if finite:
         bad = bad | ~np.isfinite(x)
     return _check_range(name, x, bad, valid)
+
+
+def is_real_number(
+    value: object, low: float = -math.inf, high: float = math.inf, *, open_low: bool = False
+) -> bool:
+    """Whether ``value`` is one Python number (``int`` or ``float``, not ``bool``, not NaN) in
+    ``[low, high]`` (``(low, high]`` with ``open_low``).
+
+    The scalar counterpart of :func:`check_real`, for settings that are plain numbers (the
+    trainer's loss arguments and configuration fields): arrays, strings and numpy scalars other
+    than ``numpy.float64`` (a ``float``) are not numbers here.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return False
+    return (value > low if open_low else value >= low) and value <= high
+
+
+def check_number(name: str, value: object, low: float, high: float) -> None:
+    """Refuse ``value`` unless :func:`is_real_number` in ``[low, high]``.
+
+    Raises
+    ------
+    ValueError
+        ``"<name> must be a number in [<low>, <high>], got <value!r>"``.
+    """
+    if not is_real_number(value, low, high):
+        raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")
 
 
 def check_interval(

@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_companion.validation import is_real_number as _is_real
+
 __all__ = [
     "Check",
     "Choice",
@@ -60,12 +62,6 @@ __all__ = [
 
 def _is_int(value: object, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
-def _is_real(value: object, low: float, high: float = math.inf, *, open_low: bool = False) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        return False
-    return (value > low if open_low else value >= low) and value <= high
 
 
 # ------------------------------------------------------------------- the checks

@@ -50,6 +50,7 @@ import torch
 from grpo_companion.theory.calibration import Calibration, resolve_calibration
 from grpo_companion.theory.finite_group import group_table
 from grpo_companion.theory.kl_estimators import KL_ESTIMATORS as _ESTIMATORS
+from grpo_companion.validation import check_number as _check_real
 
 #: The per-token KL estimators, from their one definition (``theory.kl_estimators.KL_ESTIMATORS``).
 KL_ESTIMATORS = tuple(_ESTIMATORS)
@@ -61,16 +62,6 @@ KL_CHOICES = ("exact", *KL_ESTIMATORS)
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-
-
-def _check_real(name: str, value: float, low: float, high: float) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or math.isnan(value)
-        or not low <= value <= high
-    ):
-        raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")
 
 
 def group_advantages(
