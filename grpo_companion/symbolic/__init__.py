@@ -6,7 +6,7 @@ symbols      shared symbols ``p, p_ref, beta, eps, alpha, clip_eps`` and helpers
 calibration  Bernoulli moments and calibration weights (eqs. 1, 3, 4, 13)
 contrastive  clipped/unclipped contrastive form of the objective (Section 2.2-2.3)
 policy       Lagrange solution of the KL step and PoS maps (Theorems 1, 2, 4, 8; Prop. 1)
-two_kl       geometric-mean anchor and Renyi correction (Lemmas 2-3, Theorem 9)
+two_kl       geometric-mean anchor and Renyi correction (Lemmas 2-3, Theorem 9), moving reference
 dynamics     derivatives, stability, amplification, Dr. GRPO, beta_eff (Sections 3-5)
 """
 
@@ -43,6 +43,7 @@ from .two_kl import (
     conditional_invariance,
     geometric_mean_identity,
     geometric_mean_pos,
+    moving_reference,
     policy_fixed_point,
     renyi_divergence,
     two_kl_step,
@@ -76,6 +77,7 @@ __all__ = [
     "map_derivative",
     "mean_advantage",
     "mirror_increment",
+    "moving_reference",
     "optimal_policy",
     "p",
     "p_ref",

@@ -309,3 +309,83 @@ def policy_fixed_point() -> sp.Eq:
     if sp.simplify(value / expected) != 1:  # pragma: no cover
         raise AssertionError(f"fixed point {value}")
     return sp.Eq(x, expected, evaluate=False)
+
+
+mixup = sp.Symbol("a", nonnegative=True)  # TRL's ref_model_mixup_alpha, the policy's share
+p_new_ref = sp.Symbol("p_ref'", real=True)
+
+
+@dataclass(frozen=True)
+class MovingReference:
+    """The recurrence of GRPO with a moving reference (TRL's ``sync_ref_model``; App. C.2).
+
+    Attributes
+    ----------
+    step:
+        ``Eq(logit p_n, alpha logit p_ref + (1 - alpha) logit p + Omega(p)/beta)``, Theorem 2's
+        map (Table 1, :func:`.policy.pos_map` with the two-KL anchor) with the current
+        reference ``p_ref`` and ``p = p_{n-1}``.
+    sync:
+        ``Eq(logit p_ref', a logit p_n + (1 - a) logit p_ref)``: the success logit of the
+        reference after TRL's parameter mix ``theta_ref <- a theta + (1 - a) theta_ref`` on
+        tabular logits, i.e. of the normalised ``pi_n^a pi_ref^(1 - a)``, derived from the
+        class-proportional policies of the iteration.
+    general_sync:
+        The same logit for any two policies ``pi1, ...`` (the policy) and ``r1, ...`` (the
+        reference), successes first: Lemma 3 with order ``a``,
+        ``a logit p_n + (1 - a) logit p_ref + (1 - a)(D_F - D_S)``, where ``D_S``, ``D_F`` are
+        the order-``a`` Renyi divergences between the two policies' success and failure
+        conditionals (0 for class-proportional policies, which gives ``sync``).
+    mixed_probs:
+        The normalised mixed reference on the finite space (class-proportional policy
+        ``pi_n = c_S r`` on successes, ``c_F r`` on failures, reference ``r``).
+    """
+
+    step: sp.Eq
+    sync: sp.Eq
+    general_sync: sp.Expr
+    mixed_probs: tuple[sp.Expr, ...]
+
+
+@cache
+def moving_reference(n_success: int = 2, n_failure: int = 2,
+                     normalization: str = "mean_std") -> MovingReference:
+    """Derive the two-dimensional map of ``(L_n, L_ref)`` under a moving reference.
+
+    On a space of ``n_success`` successes and ``n_failure`` failures (each 1 to 3) the
+    reference is ``r`` (positive symbols) and the policy ``pi_n`` is class-proportional to
+    it, as every policy of the iteration started at ``pi_ref`` is
+    (:func:`conditional_invariance`). The reference after one sync is the softmax of
+    ``a log pi_n + (1 - a) log r``; its log-odds of success is shown to be
+    ``a logit p_n + (1 - a) logit p_ref`` exactly, and Lemma 3
+    (:func:`geometric_mean_pos`) gives the general form with the Renyi correction. ``a = 1``
+    is staged GRPO's reset ``L_ref' = L_n`` and ``a = 0`` keeps ``L_ref`` (the plain
+    recurrence). The numeric counterpart is
+    :func:`grpo_companion.theory.staged.moving_reference_iterate`.
+    """
+    for label, n in (("n_success", n_success), ("n_failure", n_failure)):
+        if not 1 <= n <= 3:
+            raise ValueError(f"{label}={n} must be between 1 and 3")
+    from .policy import pos_map  # the Table 1 map with the two-KL anchor
+
+    ref, ref_s, ref_f = _class_split(n_success, n_failure, "r")
+    c_s, c_f = sp.symbols("c_S c_F", positive=True)
+    policy = tuple((c_s if i < n_success else c_f) * r for i, r in enumerate(ref))
+    mixed = [x**mixup * r ** (1 - mixup) for x, r in zip(policy, ref, strict=True)]
+    mixed_probs = tuple(m / sum(mixed) for m in mixed)
+    direct = sp.log(sum(mixed[:n_success])) - sp.log(sum(mixed[n_success:]))
+    p_n = sum(policy[:n_success]) / sum(policy)
+    p_r = sum(ref_s) / sum(ref)
+    claimed = mixup * logit(p_n) + (1 - mixup) * logit(p_r)
+    if not _is_zero(direct - claimed):  # pragma: no cover
+        raise AssertionError("the mixed reference's success logit is not a L_n + (1 - a) L_ref")
+    lemma3 = geometric_mean_pos(n_success, n_failure)  # order alpha: the first policy's share
+    rename = {**dict(zip(lemma3.reference, sp.symbols(f"pi1:{len(ref) + 1}", positive=True),
+                         strict=True)),
+              **dict(zip(lemma3.previous, ref, strict=True)), alpha: mixup}
+    general = lemma3.anchor_logit.subs(rename, simultaneous=True)
+    step = pos_map(normalization, "sqrt", "two_kl").logit_form
+    p_next = sp.Symbol("p_n", real=True)
+    sync = sp.Eq(logit(p_new_ref), mixup * logit(p_next) + (1 - mixup) * logit(p_ref),
+                 evaluate=False)
+    return MovingReference(step, sync, general, mixed_probs)

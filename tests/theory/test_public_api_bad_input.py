@@ -145,7 +145,8 @@ KINDS: dict[str, Kind] = {
     "rng": Kind(0, SEED_BAD, optional=True),
     "calibration": Kind(None, {"str": "mean_std", "int": 3, "dict": {"eps": 0.0}},
                         optional=True),
-    "stage_length": _count(2, 1),
+    "stage_length": _count(2, 1), "sync_steps": _count(2, 1),
+    "mixup_alpha": _elem(0.6, ALPHA),
     "n_halvings": _count(10, 0), "n_starts": _count(4, 2),
     "radius0": _one(1.0, BETA),
     "fixed_tol": _one(1e-9, {"zero": 0.0, "negative": -1.0, "inf": INF}),
@@ -565,7 +566,7 @@ OVERRIDES.update({
 })
 
 # Result fields that do not depend on the batch of inputs (not empty for an empty batch).
-BATCH_FREE_FIELDS = {"staged_iterate": {"stage"}}
+BATCH_FREE_FIELDS = {"staged_iterate": {"stage"}, "moving_reference_iterate": {"stage"}}
 CALIBRATION_METHODS = ("weights", "weights_of_logit", "log_weights_of_logit", "omega",
                        "omega_of_logit", "omega_prime", "omega_prime_of_logit")
 
