@@ -191,6 +191,12 @@ def clipped_tokens(
     same mask :func:`per_token_loss` returns (the trainer logs its mean as
     ``clip_fraction``).
     """
+    if logp.dim() != 2 or old_logp.shape != logp.shape:
+        raise ValueError("logp and old_logp must both have shape (batch, tokens), got "
+                         f"{tuple(logp.shape)} and old_logp {tuple(old_logp.shape)}")
+    if advantages.shape != logp.shape[:1]:
+        raise ValueError(f"advantages must have shape (batch,) = {tuple(logp.shape[:1])}, "
+                         f"got {tuple(advantages.shape)}")
     bounds = _clip_bounds(clip_eps_low, clip_eps_high)
     ratio = torch.exp(logp - old_logp)
     adv = advantages.unsqueeze(1)
@@ -214,6 +220,7 @@ def anchor_penalty(
     KL, or its mean over prompts); a term whose weight is 0 is not computed.
     The sum starts from zeros shaped and typed like ``like``.
     """
+    _check_real("alpha", alpha, 0.0, 1.0)
     penalty = torch.zeros_like(like)
     if alpha > 0:
         penalty = penalty + alpha * to_ref()
@@ -409,6 +416,10 @@ def grpo_loss(
     if beta > 0:
         assert tabular is not None
         current, ref_all, old_all = tabular
+        if current.dim() != 2 or ref_all.shape != current.shape or old_all.shape != current.shape:
+            raise ValueError("tabular must hold three (prompts, outputs) log-probability tables "
+                             f"of one shape, got {tuple(current.shape)}, {tuple(ref_all.shape)} "
+                             f"and {tuple(old_all.shape)}")
         penalty = anchor_penalty(alpha, lambda: tabular_kl(current, ref_all).mean(),
                                  lambda: tabular_kl(current, old_all).mean(), loss)
         loss = loss + beta * penalty
