@@ -22,6 +22,10 @@ from grpo_companion.rl import losses
 #: ``run.json`` and config fields that may differ between an interrupted run and its resumption.
 RUN_ONLY_FIELDS = ("progress", "device")
 
+#: Config fields added after checkpoints were written, left out of the digest at these
+#: defaults (which reproduce the older runs), so that those checkpoints still resume.
+LATER_FIELD_DEFAULTS = {"ref_mixup_alpha": 1.0}
+
 
 def _code_text(code: types.CodeType) -> str:
     """A code object as text without its file name and line numbers (nested code too)."""
@@ -91,7 +95,8 @@ def run_fingerprint(config: Any, calibration: Any) -> dict[str, str]:
     the whole package: an edit elsewhere (the book, plotting, a docstring of another
     module) does not make a checkpoint unusable.
     """
-    fields = {k: v for k, v in config.to_dict().items() if k not in RUN_ONLY_FIELDS}
+    fields = {k: v for k, v in config.to_dict().items() if k not in RUN_ONLY_FIELDS
+              and not (k in LATER_FIELD_DEFAULTS and v == LATER_FIELD_DEFAULTS[k])}
     definition = calibration.definition
     parts = [definition.name, source_digest(definition.gains),
              repr((definition.uses_eps, definition.uses_ddof))]

@@ -34,6 +34,28 @@ def frozen_copy(module: nn.Module) -> nn.Module:
     return clone.eval()
 
 
+def mixed_reference(ref: nn.Module, policy: nn.Module, mixup_alpha: float) -> nn.Module:
+    """pi_ref after a sync: parameters ``a theta + (1 - a) theta_ref``, as TRL's
+    ``SyncRefModelCallback`` (``sync_ref_model=True``, ``a = ref_model_mixup_alpha``).
+
+    ``a = 1`` is :func:`frozen_copy` of the policy (the trainer's plain reset, bit for bit),
+    ``a = 0`` keeps ``ref``. A new frozen module; ``ref`` and ``policy`` are not changed.
+    For the bandit's tabular logits this mixes log-probabilities, whose success logit
+    follows :func:`grpo_companion.theory.staged.mixed_reference_logit`.
+    """
+    if not 0.0 <= mixup_alpha <= 1.0:
+        raise ValueError(f"mixup_alpha must be a number in [0, 1], got {mixup_alpha!r}")
+    if mixup_alpha == 1.0:
+        return frozen_copy(policy)
+    mixed = frozen_copy(ref)
+    if mixup_alpha == 0.0:
+        return mixed
+    with torch.no_grad():
+        for target, source in zip(mixed.parameters(), policy.parameters(), strict=True):
+            target.mul_(1.0 - mixup_alpha).add_(source.detach(), alpha=mixup_alpha)
+    return mixed
+
+
 class RunState:
     """One run's task, policies, optimiser and generator, and where it is.
 

@@ -141,6 +141,11 @@ class TrainConfig:
     ref_reset_every: int | None = knob(
         None, "set pi_ref <- pi every this many iterations (DeepSeekMath's iterative GRPO); "
         "none: never", Int(1, optional=True), group=OBJECTIVE)
+    ref_mixup_alpha: float = knob(
+        1.0, "at each reset, pi_ref's parameters become a theta + (1 - a) theta_ref with this "
+        "a (TRL's sync_ref_model with ref_model_mixup_alpha; on the bandit's logits the "
+        "recurrence of theory.staged.moving_reference_iterate); 1: pi_ref <- pi",
+        Real(0.0, 1.0), group=OBJECTIVE)
     normalization: str = knob(
         "mean_std", "reward normalisation of the group advantages, a name registered in "
         "theory.NORMALIZATIONS (mean_std: GRPO's whitening, eq. 4; mean_only: Dr. GRPO's "
@@ -270,6 +275,9 @@ class TrainConfig:
             return ValueError(f"{name} must be {valid}, got {getattr(self, name)!r}")
 
         losses._clip_bounds(self.clip_eps_low, self.clip_eps_high)
+        if self.ref_mixup_alpha != 1.0 and self.ref_reset_every is None:
+            raise bad("ref_mixup_alpha", "1.0 when ref_reset_every is None (it mixes pi_ref "
+                      "toward pi at each reset)")
         if self.n_success is not None and self.n_success >= self.n_outputs:
             raise bad("n_success", f"None or an int in [1, {self.n_outputs - 1}]")
         n_pairs = (self.max_operand + 1) ** 2

@@ -77,7 +77,7 @@ from grpo_companion.rl.recorder import (
     check_out_place,
     load_checkpoint,
 )
-from grpo_companion.rl.run_state import RunState, TrainingFault, frozen_copy
+from grpo_companion.rl.run_state import RunState, TrainingFault, frozen_copy, mixed_reference
 from grpo_companion.rl.train_config import (
     ITERATION_METRICS as ITERATION_METRICS,
 )
@@ -110,7 +110,8 @@ def training_loop(run: RunState, recorder: Recorder) -> None:
     Each iteration freezes pi_old, updates the policy (:func:`grpo_iteration`, or in exact
     mode :func:`~grpo_companion.rl.exact.exact_iteration`), computes the per-prompt metrics
     where ``config.evaluated(n)``, resets pi_ref every ``ref_reset_every`` iterations
-    (DeepSeekMath's iterative GRPO) and hands the recorder one
+    (DeepSeekMath's iterative GRPO; with ``ref_mixup_alpha < 1`` it mixes pi_ref toward pi,
+    TRL's ``sync_ref_model``) and hands the recorder one
     :class:`~grpo_companion.rl.recorder.IterationRecord`.
     """
     config = run.config
@@ -129,7 +130,7 @@ def training_loop(run: RunState, recorder: Recorder) -> None:
             stats, clip_fraction = grpo_iteration(run, old)
         metrics = _evaluate(run, old, clip_fraction) if evaluated else None
         if config.ref_reset_every and n % config.ref_reset_every == 0:
-            run.ref_policy = frozen_copy(run.policy)
+            run.ref_policy = mixed_reference(run.ref_policy, run.policy, config.ref_mixup_alpha)
         recorder.record(run, IterationRecord(n, {"iteration": n, **stats}, metrics))
 
 

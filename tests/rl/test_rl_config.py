@@ -23,7 +23,8 @@ FIELDS = dataclasses.fields(TrainConfig)
 NON_DEFAULT = {
     "task": "bandit", "exact": True, "iterations": 3, "seed": 7, "device": "cpu",
     "dtype": "float64", "progress": False, "checkpoint_every": 2, "eval_every": 2,
-    "beta": 0.25, "alpha": 0.5, "ref_reset_every": 2, "normalization": "mean_only", "eps": 1e-3,
+    "beta": 0.25, "alpha": 0.5, "ref_reset_every": 2, "ref_mixup_alpha": 0.6,
+    "normalization": "mean_only", "eps": 1e-3,
     "eps_placement": "std",
     "ddof": 1, "exact_group_size": 8, "group_size": 4, "mu": 2, "clip_eps_low": 0.1,
     "clip_eps_high": 0.3, "kl": "k2", "loss_type": "dapo", "optimizer": "sgd", "lr": 0.05,
