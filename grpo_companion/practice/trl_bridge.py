@@ -19,9 +19,18 @@ Two translations, both checked against TRL's own code by
   the whole batch, which couples the prompts, so there is no per-prompt
   prediction. Neither is there for any other setting that
   :mod:`grpo_companion.practice.trl_coverage` puts outside the theory (an
-  entropy bonus, a moving reference, several rewards, another loss, sequence-level
-  ratios, truncated sampling, ...): ``TheorySettings.predicts`` is then False and
+  entropy bonus, several rewards, another loss, sequence-level ratios, truncated
+  sampling, ...): ``TheorySettings.predicts`` is then False and
   ``TheorySettings.reasons`` says why, one ``"name=value: why"`` per setting.
+
+A moving reference (``sync_ref_model=True``: TRL's ``SyncRefModelCallback`` sets the
+reference's parameters to ``a theta + (1 - a) theta_ref``, ``a = ref_model_mixup_alpha``,
+after every ``ref_model_sync_steps``-th optimiser step) is predicted by the
+moving-reference recurrence (:func:`grpo_companion.theory.staged.moving_reference_iterate`)
+when it syncs after a whole number of iterations and the KL follows ``KL(pi || pi_ref)``;
+``TheorySettings.ref_sync_every`` and ``ref_mixup_alpha`` carry it. The recurrence is exact
+for a tabular policy (the logits are the parameters, so the mix mixes log-probabilities);
+for a network it is the same idealisation as the rest of the bridge.
 
 Which KL the run follows. On the samples of the current policy, the expected
 gradient of ``"k3_ratio"`` is the gradient of ``KL(pi || pi_ref)``, the penalty
@@ -43,9 +52,14 @@ from typing import Any
 import numpy as np
 
 from grpo_companion import theory
-from grpo_companion.practice.trl_coverage import outside_reasons
+from grpo_companion.practice.trl_coverage import (
+    outside_reasons,
+    ref_sync_iterations,
+    steps_per_iteration,
+)
 from grpo_companion.theory.calibration import Calibration
 from grpo_companion.theory.kl_estimators import ESTIMATOR_TARGETS, reverse_kl_pos
+from grpo_companion.theory.staged import mixed_reference_logit
 
 __all__ = [
     "LOSS_TYPES",
@@ -149,6 +163,13 @@ class TheorySettings:
         Why there is no per-prompt prediction, one ``"name=value: why"`` per setting
         outside the theory (:func:`~grpo_companion.practice.trl_coverage.outside_reasons`);
         empty when there is one.
+    ref_sync_every : int or None
+        With ``sync_ref_model=True``: GRPO iterations between two syncs of the reference
+        (:func:`~grpo_companion.practice.trl_coverage.ref_sync_iterations`); ``None``: the
+        reference stays ``pi_ref``.
+    ref_mixup_alpha : float
+        The policy's share of the reference at each sync (``ref_model_mixup_alpha``; 1.0
+        without a sync).
     """
 
     beta: float
@@ -159,6 +180,8 @@ class TheorySettings:
     steps_per_iteration: float
     note: str
     reasons: tuple[str, ...] = ()
+    ref_sync_every: int | None = None
+    ref_mixup_alpha: float = 1.0
 
     @property
     def predicts(self) -> bool:
@@ -168,10 +191,19 @@ class TheorySettings:
     def record(self) -> dict[str, Any]:
         """The settings as plain JSON-ready values."""
         cal = None if self.calibration is None else dataclasses.asdict(self.calibration)
-        return {"beta": self.beta, "calibration": cal, "kl": self.kl,
-                "kl_target": self.kl_target, "group_size": self.group_size,
-                "steps_per_iteration": self.steps_per_iteration, "note": self.note,
-                "reasons": list(self.reasons)}
+        out = {"beta": self.beta, "calibration": cal, "kl": self.kl,
+               "kl_target": self.kl_target, "group_size": self.group_size,
+               "steps_per_iteration": self.steps_per_iteration, "note": self.note,
+               "reasons": list(self.reasons)}
+        if self.ref_sync_every is not None:  # a fixed reference keeps the older record
+            out.update(ref_sync_every=self.ref_sync_every, ref_mixup_alpha=self.ref_mixup_alpha)
+        return out
+
+    @property
+    def moving_reference(self) -> bool:
+        """True when the prediction is the moving-reference recurrence (``sync_ref_model``)."""
+        return (self.predicts and self.beta != 0 and self.kl_target == "forward"
+                and self.ref_sync_every is not None)
 
 
 def theory_settings(args: Any) -> TheorySettings:
@@ -188,9 +220,11 @@ def theory_settings(args: Any) -> TheorySettings:
     kl = "k3_ratio" if _get(args, "use_bias_correction_kl", False) else "k3"
     cal = advantage_calibration(args.scale_rewards, group)
     reasons = outside_reasons(args)
-    accumulation = int(_get(args, "gradient_accumulation_steps", 1))
-    per_generation = _get(args, "steps_per_generation") or accumulation
-    steps = int(per_generation) * int(_get(args, "num_iterations", 1)) / accumulation
+    steps = steps_per_iteration(args)
+    sync = ref_sync_iterations(args) if beta != 0 else None
+    mixup = float(_get(args, "ref_model_mixup_alpha", 1.0)) if sync is not None else 1.0
+    if mixup == 0:  # a = 0: the reference never moves, the fixed-reference prediction
+        sync, mixup = None, 1.0
     if reasons or cal is None:  # cal is None for scale_rewards="batch", which is a reason
         cal = None
         note = "no per-prompt prediction: " + "; ".join(reasons)
@@ -205,8 +239,12 @@ def theory_settings(args: Any) -> TheorySettings:
         note = (f"k3 without the ratio follows KL(pi_ref||pi): reverse-KL analogue of the "
                 f"recurrence (theory.kl_estimators.reverse_kl_pos), beta={beta:g}, "
                 f"{cal.normalization} calibration for groups of {group}")
+    if cal is not None and sync is not None:
+        note += (f"; moving reference (sync_ref_model): its success logit mixed as "
+                 f"a L_n + (1 - a) L_ref with a={mixup:g} every {sync} iteration(s) "
+                 f"(theory.staged.moving_reference_iterate)")
     return TheorySettings(beta, cal, kl, ESTIMATOR_TARGETS[kl], group, steps, note,
-                          tuple(reasons))
+                          tuple(reasons), sync, mixup)
 
 
 def iteration_of_step(step: int, settings: TheorySettings) -> int:
@@ -242,6 +280,10 @@ def predict_path(p_ref: Any, n_iterations: int, settings: TheorySettings) -> np.
     ``theory.trained_loss.round_step_logit`` and goes elsewhere (0.62 against
     0.69 from ``p_ref = 0.3`` at ``beta = 1``, ``G = 8``); no chapter measures
     that difference on TRL, so read only the limit as TRL's prediction there.
+
+    With a moving reference (``settings.ref_sync_every``) the path is the moving-reference
+    recurrence: after every ``ref_sync_every``-th iteration the reference's success logit
+    becomes ``a L_n + (1 - a) L_ref`` (``a = settings.ref_mixup_alpha``).
     """
     p_ref = np.atleast_1d(np.asarray(p_ref, dtype=np.float64))
     n = int(n_iterations)
@@ -253,6 +295,8 @@ def predict_path(p_ref: Any, n_iterations: int, settings: TheorySettings) -> np.
         path = np.repeat(np.where(p_ref > 0, 1.0, 0.0)[None, :], n + 1, axis=0)
         path[0] = p_ref
         return path
+    if settings.moving_reference:
+        return PredictedPath(p_ref, settings).path(n)
     if settings.kl_target == "forward":
         return np.atleast_2d(theory.iterate(p_ref, p_ref, settings.beta, n,
                                             calibration=settings.calibration)).reshape(
@@ -287,6 +331,30 @@ class PredictedPath:
     def _restart(self) -> None:
         self.iteration = 0
         self._state = self._logit_ref.copy() if self._forward else self.p_ref.copy()
+        if self._forward:  # the reference in force (it moves with sync_ref_model)
+            self._current_ref = self._logit_ref.copy()
+
+    def _moving_steps(self, todo: int) -> None:
+        """``todo`` iterations of the moving-reference recurrence, syncs included."""
+        settings = self.settings
+        assert settings.ref_sync_every is not None
+        for _ in range(todo):
+            self._state = np.asarray(theory.pos_map_logit(
+                self._state, self._current_ref, settings.beta,
+                calibration=settings.calibration), dtype=float).reshape(self.p_ref.shape)
+            self.iteration += 1
+            if self.iteration % settings.ref_sync_every == 0:
+                self._current_ref = mixed_reference_logit(self._state, self._current_ref,
+                                                          settings.ref_mixup_alpha)
+
+    @staticmethod
+    def _probabilities(logits: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):  # as theory.iterate writes a path's probabilities
+            return np.reciprocal(np.exp(np.negative(logits)) + 1.0)
+
+    def path(self, n_iterations: int) -> np.ndarray:
+        """``at(0), ..., at(n_iterations)`` as rows, shape ``(n + 1, n_prompts)``."""
+        return np.stack([self.at(i) for i in range(int(n_iterations) + 1)])
 
     def at(self, n_iterations: int) -> np.ndarray:
         """Predicted PoS after ``n_iterations`` GRPO iterations, shape ``(n_prompts,)``."""
@@ -301,6 +369,10 @@ class PredictedPath:
         if n < self.iteration:
             self._restart()
         todo = n - self.iteration
+        if settings.moving_reference:
+            self._moving_steps(todo)
+            self.steps += todo
+            return self._probabilities(self._state)
         if self._forward:
             if todo:
                 self._state = theory.iterate_logit(
@@ -324,6 +396,11 @@ def predict_limits(p_ref: Any, settings: TheorySettings,
     Regimes: ``"fixed_point"``, ``"saturates"`` (p -> 1), ``"absorbed"`` (p = 0),
     ``"cycle_2"`` and ``"irregular"`` (limit NaN: the iteration does not settle),
     ``"none"`` (no prediction).
+
+    With a moving reference (``settings.moving_reference``) the reference's logit rises
+    with the policy's at every sync (``Omega > 0``), so there is no interior fixed point:
+    ``"saturates"`` where ``n_steps`` iterations bring p within 1e-6 of 1, ``"absorbed"``
+    for ``p_ref = 0``, ``"none"`` (limit NaN) otherwise.
     """
     p_ref = np.atleast_1d(np.asarray(p_ref, dtype=np.float64))
     if not settings.predicts:
@@ -331,6 +408,12 @@ def predict_limits(p_ref: Any, settings: TheorySettings,
     if settings.beta == 0:
         limits = np.where(p_ref > 0, 1.0, 0.0)
         return limits, ["saturates" if x > 0 else "absorbed" for x in p_ref]
+    if settings.moving_reference:  # the reference follows the policy: no fixed point inside (0, 1)
+        last = PredictedPath(p_ref, settings).at(n_steps)
+        regimes = ["absorbed" if r == 0 else "saturates" if x > 1 - 1e-6 else "none"
+                   for r, x in zip(p_ref, last, strict=True)]
+        limits = np.where([r == "none" for r in regimes], np.nan, last)
+        return limits, regimes
     if settings.kl_target == "forward":
         result = theory.classify_dynamics(p_ref, p_ref, settings.beta,
                                           calibration=settings.calibration,

@@ -8,8 +8,9 @@ it inherits) is in exactly one of two tables:
   theory reads the values it covers (``covered``, the mapping) and, through
   ``outside(value, config)``, why a value is outside the theory (``None`` when it is
   covered). Every installed default is covered; most options that the theory does not
-  model are covered only at their inert value (``entropy_coef=0``,
-  ``sync_ref_model=False``, ...).
+  model are covered only at their inert value (``entropy_coef=0``, ...).
+  ``sync_ref_model=True`` is covered where the moving-reference recurrence describes it
+  (:func:`ref_sync_iterations`).
 - :data:`IRRELEVANT`, the fields that change none of these (logging, saving, the Hub,
   evaluation, data loading, devices and precision, the generation engine), each with the
   reason.
@@ -47,6 +48,8 @@ __all__ = [
     "classify",
     "coverage_rows",
     "outside_reasons",
+    "ref_sync_iterations",
+    "steps_per_iteration",
 ]
 
 #: What a relevant field acts on.
@@ -89,6 +92,58 @@ class FieldRule:
 
 def _get(config: Any, name: str, default: Any = None) -> Any:
     return getattr(config, name, default)
+
+
+def steps_per_iteration(config: Any) -> float:
+    """Optimiser steps per GRPO iteration (one generation round of ``GRPOTrainer``).
+
+    ``steps_per_generation x num_iterations`` micro-batches (``steps_per_generation``
+    defaults to ``gradient_accumulation_steps``), divided by ``gradient_accumulation_steps``.
+    """
+    accumulation = int(_get(config, "gradient_accumulation_steps", 1))
+    per_generation = _get(config, "steps_per_generation") or accumulation
+    return int(per_generation) * int(_get(config, "num_iterations", 1)) / accumulation
+
+
+def ref_sync_iterations(config: Any) -> int | None:
+    """GRPO iterations between two syncs of TRL's reference (``sync_ref_model=True``).
+
+    ``SyncRefModelCallback`` mixes the reference after every optimiser step whose number is
+    a multiple of ``ref_model_sync_steps``; that is after every ``m``-th iteration when
+    ``ref_model_sync_steps = m x`` :func:`steps_per_iteration`. ``None`` when the reference
+    does not sync, or syncs inside an iteration (no whole ``m``).
+    """
+    if not _get(config, "sync_ref_model", False):
+        return None
+    try:
+        ratio = int(_get(config, "ref_model_sync_steps")) / steps_per_iteration(config)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    return int(round(ratio)) if ratio >= 1 and abs(ratio - round(ratio)) < 1e-9 else None
+
+
+def _sync_ref_model(value: Any, config: Any) -> str | None:
+    if not value or not float(_get(config, "beta", 0.0)):
+        return None  # no sync, or no KL term: the reference is never read
+    if not _get(config, "use_bias_correction_kl", False):
+        return ("a moving reference with plain k3 (KL(pi_ref||pi)): the moving-reference "
+                "recurrence is derived for KL(pi||pi_ref) (use_bias_correction_kl=True)")
+    alpha = _get(config, "ref_model_mixup_alpha")
+    if not _number_in_unit_interval(alpha):
+        return f"ref_model_mixup_alpha={alpha!r} is not in [0, 1]: not a mix of two policies"
+    if ref_sync_iterations(config) is None:
+        return (f"the reference is mixed every ref_model_sync_steps="
+                f"{_get(config, 'ref_model_sync_steps')!r} optimiser steps, not after a whole "
+                f"number of iterations ({steps_per_iteration(config):g} steps each): it moves "
+                "inside an iteration")
+    return None
+
+
+def _number_in_unit_interval(value: Any) -> bool:
+    try:
+        return value is not None and 0.0 <= float(value) <= 1.0
+    except (TypeError, ValueError):
+        return False
 
 
 def _unless(inert: Callable[[Any], bool], reason: str) -> Check:
@@ -257,12 +312,16 @@ RULES: tuple[FieldRule, ...] = (
               "True: k3 times the ratio, KL(pi||pi_ref), Theorem 2's recurrence; False: plain "
               "k3, KL(pi_ref||pi), the reverse-KL step"),
     # ---------------------------------------------------------------- reference
-    FieldRule("sync_ref_model", "reference", "False: the reference stays pi_ref",
-              _unless(_is_false, "the reference moves towards the policy every "
-                                 "ref_model_sync_steps steps: a moving anchor, not Theorem 2's "
-                                 "fixed pi_ref")),
-    FieldRule("ref_model_mixup_alpha", "reference", "read only with sync_ref_model=True"),
-    FieldRule("ref_model_sync_steps", "reference", "read only with sync_ref_model=True"),
+    FieldRule("sync_ref_model", "reference",
+              "False: the reference stays pi_ref; True (with beta > 0 and k3_ratio, syncing "
+              "after whole iterations): the moving-reference recurrence "
+              "(theory.staged.moving_reference_iterate), the reference's success logit mixed "
+              "as a L_n + (1 - a) L_ref", _sync_ref_model),
+    FieldRule("ref_model_mixup_alpha", "reference",
+              "read only with sync_ref_model=True: the policy's share a of the mixed reference"),
+    FieldRule("ref_model_sync_steps", "reference",
+              "read only with sync_ref_model=True: optimiser steps between syncs (a whole "
+              "number of iterations, see ref_sync_iterations)"),
     # ---------------------------------------------------------------- sampling
     FieldRule("temperature", "sampling",
               "T: sampling and the loss both use logits / T, so the theory describes the "

@@ -34,7 +34,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from grpo_companion.practice.trl_bridge import advantage_calibration
-from grpo_companion.practice.trl_coverage import outside_reasons
+from grpo_companion.practice.trl_coverage import outside_reasons, ref_sync_iterations
 from grpo_companion.theory.calibration import Calibration
 from grpo_companion.theory.kl_estimators import ESTIMATOR_TARGETS
 
@@ -230,7 +230,10 @@ def _truncated(value: Any, config: Any) -> str:
 def _sync_ref(value: Any, config: Any) -> str:
     if not value:
         return "False: the reference stays pi_ref, the paper's anchor"
-    return "True: the reference moves towards the policy: a moving anchor, not Theorem 2's"
+    return ("True: the reference moves towards the policy (its success logit mixed as "
+            "a L_n + (1 - a) L_ref every ref_model_sync_steps steps): the moving-reference "
+            "recurrence (theory.staged.moving_reference_iterate), where the syncs fall "
+            "between iterations")
 
 
 def _generation_batch(value: Any, config: Any) -> str:
@@ -325,6 +328,10 @@ class TheoryReading:
         The settings outside the theory, one ``"name=value: why"`` each
         (:func:`~grpo_companion.practice.trl_coverage.outside_reasons`); empty when
         the theory covers the configuration.
+    ref_sync_every : int or None
+        With ``sync_ref_model=True``, ``beta > 0`` and ``ref_model_mixup_alpha > 0``: GRPO
+        iterations between two syncs of the reference
+        (:func:`~grpo_companion.practice.trl_coverage.ref_sync_iterations`).
     """
 
     trl_version: str
@@ -342,6 +349,7 @@ class TheoryReading:
     temperature: float
     learning_rate: float
     reasons: tuple[str, ...] = ()
+    ref_sync_every: int | None = None
 
     @property
     def predicts(self) -> bool:
@@ -356,6 +364,8 @@ class TheoryReading:
             return "no per-prompt prediction"
         if not self.kl_active:
             return "PoS 1 (no anchor)"
+        if self.ref_sync_every is not None and self.kl_target == "forward":
+            return "PoS 1 (the reference follows the policy: no fixed point)"
         return ("the paper's fixed point" if self.kl_target == "forward"
                 else "the reverse-KL fixed point")
 
@@ -390,7 +400,9 @@ def reading(config: Any = None) -> TheoryReading:
         loss_type=str(_get(config, "loss_type", defaults.get("loss_type"))),
         temperature=float(_get(config, "temperature", defaults.get("temperature"))),
         learning_rate=float(_get(config, "learning_rate", defaults.get("learning_rate"))),
-        reasons=outside_reasons(config))
+        reasons=outside_reasons(config),
+        ref_sync_every=(ref_sync_iterations(config) if beta > 0 and float(
+            _get(config, "ref_model_mixup_alpha", 0.0) or 0.0) > 0 else None))
 
 
 def option_rows(config: Any = None) -> list[dict[str, Any]]:

@@ -305,11 +305,15 @@ def fixed_point(p_ref: float, args: Any) -> float | None:
     (:func:`grpo_companion.theory.fixed_points`, Theorem 2) when the KL estimator follows
     ``KL(pi || pi_ref)``, the reverse-KL one
     (:func:`grpo_companion.theory.kl_estimators.reverse_kl_fixed_points`) for plain k3;
-    ``None`` for ``beta = 0``, where the drift has no interior zero and the PoS goes to 1.
+    ``None`` for ``beta = 0``, where the drift has no interior zero and the PoS goes to 1,
+    and with a moving reference (``sync_ref_model=True``, ``settings.moving_reference``),
+    whose logit rises with the policy's at every sync, so that the PoS goes to 1 as well
+    (:func:`grpo_companion.practice.trl_bridge.predict_limits`); :func:`expected_drift` is
+    then the drift against the reference in force, ``p_ref``.
     """
     settings = _settings(args)
     p_ref = _scalar_probability(p_ref, "p_ref")
-    if settings.beta == 0:
+    if settings.beta == 0 or settings.moving_reference:
         return None
     find = (theory.fixed_points if settings.kl_target == "forward"
             else kl_estimators.reverse_kl_fixed_points)

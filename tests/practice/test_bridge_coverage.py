@@ -74,6 +74,11 @@ CHANGED = {
 }
 
 
+#: Settings that make the changed value outside the theory: a sync of the reference is
+#: predicted (the moving-reference recurrence) unless it falls inside an iteration.
+ALONGSIDE = {"sync_ref_model": {"num_iterations": 2, "ref_model_sync_steps": 3}}
+
+
 def _config(tmp_path, **changes):
     return _tiny.grpo_config(tmp_path, **{"beta": 0.1, **changes})
 
@@ -94,11 +99,13 @@ def test_the_installed_defaults_are_covered(trl, trl_coverage, tmp_path):
 
 @pytest.mark.parametrize(("name", "value"), sorted(CHANGED.items()))
 def test_a_setting_outside_the_theory_predicts_nothing(tmp_path, name, value):
-    default = theory_settings(_config(tmp_path))  # the same run with the option at its default
+    alongside = ALONGSIDE.get(name, {})
+    # the same run with the option at its default
+    default = theory_settings(_config(tmp_path, **alongside))
     assert default.predicts and default.reasons == () and default.calibration is not None
     assert np.isfinite(predict_path([0.3], 2, default)).all()
 
-    changed = theory_settings(_config(tmp_path, **{name: value}))
+    changed = theory_settings(_config(tmp_path, **alongside, **{name: value}))
     assert not changed.predicts and changed.calibration is None
     assert len(changed.reasons) == 1 and changed.reasons[0].startswith(f"{name}=")
     assert changed.note.startswith("no per-prompt prediction: ") and name in changed.note
@@ -106,12 +113,13 @@ def test_a_setting_outside_the_theory_predicts_nothing(tmp_path, name, value):
     assert np.isnan(predict_path([0.3, 0.6], 3, changed)).all()
     limits, regimes = predict_limits([0.3, 0.6], changed)
     assert np.isnan(limits).all() and regimes == ["none", "none"]
-    reading = trl_facts.reading(_config(tmp_path, **{name: value}))
+    reading = trl_facts.reading(_config(tmp_path, **alongside, **{name: value}))
     assert not reading.predicts and reading.settles_at == "no per-prompt prediction"
 
 
 def test_several_reasons_are_all_given(tmp_path):
     settings = theory_settings(_config(tmp_path, entropy_coef=0.1, sync_ref_model=True,
+                                       **ALONGSIDE["sync_ref_model"],
                                        scale_rewards="batch"))
     assert [r.split("=")[0] for r in settings.reasons] == [
         "scale_rewards", "entropy_coef", "sync_ref_model"]

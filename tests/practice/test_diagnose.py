@@ -84,7 +84,8 @@ def test_a_rare_prompt_is_stuck_with_few_rounds_and_free_with_many():
 
 @pytest.mark.parametrize("changes, name", [({"scale_rewards": "batch"}, "scale_rewards"),
                                            ({"entropy_coef": 0.01}, "entropy_coef"),
-                                           ({"sync_ref_model": True}, "sync_ref_model")])
+                                           ({"sync_ref_model": True, "num_iterations": 2,
+                                             "ref_model_sync_steps": 3}, "sync_ref_model")])
 def test_settings_outside_the_theory_are_refused_with_a_reason(changes, name):
     result = dg.diagnose({"beta": 0.1, **changes}, [0.1, 0.5])
     assert not result.predicts
