@@ -217,8 +217,11 @@ def moving_reference_iterate(
     calibration : Calibration, optional
         Or the :func:`~grpo_companion.theory.weights` keywords.
 
-    The result is a :class:`StagedPath`: ``logit_p`` the path, ``logit_p_ref`` the
-    reference in force for each step, and ``stage`` the number of syncs before each step.
+    Returns
+    -------
+    StagedPath
+        ``logit_p`` the path, ``logit_p_ref`` the reference in force for each step, and
+        ``stage`` the number of syncs before each step.
     """
     n_steps = check_count("n_steps", n_steps, 0)
     sync_steps = check_count("sync_steps", sync_steps, 1)
