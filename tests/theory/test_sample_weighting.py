@@ -188,7 +188,7 @@ def test_stationary_point_is_the_closed_form_fixed_point(beta):
     run = sw.expected_gradient_training(REF, MASK, beta, 0.25, 1500)
     lr = theory.logit(REF[MASK].sum())
     l_star = sw.weighted_fixed_points_logit(lr, beta, "grpo")[0]  # the stable, lowest one
-    pi_star = theory.anchored_policy(REF, MASK, theory.expit(l_star), beta)
+    pi_star = theory.anchored_policy(REF, MASK, theory.sigmoid(l_star), beta)
     pi_end = special.softmax(run.logits[-1])
     # geometric convergence: the last step's size bounds the distance (contraction < 1/2)
     last = np.max(np.abs(np.diff(run.logits[-2:], axis=0)))
@@ -400,7 +400,7 @@ def test_committed_pass_at_k_ordering_is_the_same_for_every_k(p_ref, beta):
 def _rounds_to_90(p_ref, beta, variant):
     path = _limits(p_ref, beta, variant)
     assert abs(path[-1] - path[-2]) <= 1e-12 * (1 + abs(path[-1])), "not converged"
-    p = theory.expit(path)
+    p = theory.sigmoid(path)
     return int(np.argmax(p - p_ref >= 0.9 * (p[-1] - p_ref))), p[-1]
 
 
