@@ -142,7 +142,7 @@ def _calibration_names(calibrations: Sequence[str]) -> tuple[str, ...]:
 def explorer_grid(
     betas: ArrayLike,
     p_refs: ArrayLike,
-    calibrations: Sequence[str] = ("paper", "dr_grpo"),
+    calibrations: Sequence[str] = ("paper", "mean_only"),
     *,
     n_p: int = 101,
     n_steps: int = 25,

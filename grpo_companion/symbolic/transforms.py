@@ -127,7 +127,7 @@ def expected_gradient_factor(calibration: Calibration | str) -> sp.Expr:
 
     Derived in :func:`two_outcome_gradient`: ``g = w+ + w- = Omega`` (the
     ``Omega`` of Proposition 1 and Table 1), with the registry's weights
-    (eqs. 3, 4 for ``"paper"``/``"trl"``, eq. 13 for ``"dr_grpo"``). A
+    (eqs. 3, 4 for ``"paper"``/``"trl"``, eq. 13 for ``"mean_only"``). A
     calibration with ``group_size = G`` (2..8) uses the exact expected weights
     of a group of ``G`` (:func:`~grpo_companion.symbolic.calibration.group_weights`):
     the other samples of the group are independent of the first, so
@@ -292,7 +292,7 @@ def ascended_objective(calibration: Calibration | str) -> sp.Expr:
       ``sqrt(-1/(2 eps - 1))``, is real for ``eps < 1/2``). By hand, with
       ``D = sqrt(1 - 4 eps^2)`` and ``u = sqrt(p / (1 - p))``, it is
       ``2 asin(sqrt(p)) - (2 eps / D) log[(1 + D)(1 - D + 2 eps u) / ((1 - D)(1 + D + 2 eps u))]``;
-    - ``"dr_grpo"`` (eq. 13) and ``"rloo"``: ``p``;
+    - ``"mean_only"`` (eq. 13) and ``"rloo"``: ``p``;
     - ``"max_abs"``: ``-log(1 - p)`` for ``p <= 1/2``, ``log(4 p)`` above.
 
     Parameters

@@ -122,7 +122,7 @@ def test_explorer_draws_and_its_controls_change_the_plot(driver, html_dir: Path,
         _click_start_of(driver, ".updatemenu-header", 0)
         labels = [e.text for e in driver.find_elements(
             "css selector", f"#{DIV_ID} .updatemenu-dropdown-button")]
-        target = next(i for i, text in enumerate(labels) if text.startswith("dr_grpo"))
+        target = next(i for i, text in enumerate(labels) if text.startswith("mean_only"))
         _click_start_of(driver, ".updatemenu-dropdown-button", target)
         after = driver.execute_script(_STATE)
         assert after["active"][0] == target != before["active"][0]

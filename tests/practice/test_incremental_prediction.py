@@ -22,7 +22,7 @@ SETTINGS = {
     "forward": dict(beta=0.1, use_bias_correction_kl=True),
     "reverse": dict(beta=2.0, use_bias_correction_kl=False),
     "reverse, small beta": dict(beta=0.05, use_bias_correction_kl=False),
-    "dr_grpo": dict(beta=0.5, scale_rewards="none"),
+    "mean_only": dict(beta=0.5, scale_rewards="none"),
     "beta = 0": dict(beta=0.0),
     "no prediction": dict(beta=0.1, scale_rewards="batch"),
 }

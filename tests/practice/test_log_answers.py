@@ -43,7 +43,7 @@ def _cal(name, g):
     return dataclasses.replace(theory.CALIBRATIONS[name], group_size=g)
 
 
-@pytest.mark.parametrize("scale, name", [("group", "trl"), ("none", "dr_grpo")])
+@pytest.mark.parametrize("scale, name", [("group", "trl"), ("none", "mean_only")])
 def test_trls_advantages_are_the_group_tables(bandit, scale, name):
     plus, minus = bandit(scale_rewards=scale, num_generations=6).table()
     mine = group_table(_cal(name, 6), 6)
@@ -51,7 +51,7 @@ def test_trls_advantages_are_the_group_tables(bandit, scale, name):
     np.testing.assert_allclose(minus.numpy(), mine[1], rtol=0, atol=TIGHT)
 
 
-@pytest.mark.parametrize("scale, name", [("group", "trl"), ("none", "dr_grpo")])
+@pytest.mark.parametrize("scale, name", [("group", "trl"), ("none", "mean_only")])
 def test_the_beta_zero_drift_is_trls_expected_gradient(bandit, scale, name):
     b = bandit(scale_rewards=scale)
     cal = _cal(name, b.group_size)

@@ -250,7 +250,7 @@ def test_settings_follow_the_config(tmp_path):
     assert paper.steps_per_iteration == 10.0
     assert [iteration_of_step(s, paper) for s in (0, 9, 10, 25)] == [0, 0, 1, 2]
     none = theory_settings(_args(scale_rewards=False))
-    assert none.calibration == dataclasses.replace(theory.CALIBRATIONS["dr_grpo"], group_size=8)
+    assert none.calibration == dataclasses.replace(theory.CALIBRATIONS["mean_only"], group_size=8)
     assert theory_settings(_args(use_bias_correction_kl=False)).kl_target == "reverse"
     assert not theory_settings(_args(scale_rewards="batch")).predicts
     assert not theory_settings(_args(multi_objective_aggregation="normalize_then_sum")).predicts

@@ -257,7 +257,7 @@ def _groups(group: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("group", [2, 4, pytest.param(16, marks=pytest.mark.slow)])
-@pytest.mark.parametrize(("scale", "name"), [("group", "trl"), ("none", "dr_grpo")])
+@pytest.mark.parametrize(("scale", "name"), [("group", "trl"), ("none", "mean_only")])
 def test_group_advantages_match_trl(make, group, scale, name):
     trainer = make(scale_rewards=scale, num_generations=group, per_device_train_batch_size=group,
                    max_completion_length=1)

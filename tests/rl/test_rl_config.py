@@ -153,7 +153,7 @@ def test_validation_reads_the_normalisation_registry_when_it_runs():
 VARIANTS = [
     theory.Variant(),
     theory.Variant("trl", theory.Anchor.mirror()),
-    theory.Variant("dr_grpo", theory.Anchor.two_kl(0.3)),
+    theory.Variant("mean_only", theory.Anchor.two_kl(0.3)),
     theory.Variant("rloo"),
     theory.Variant(theory.Calibration("mean_std", eps=1e-4, group_size=8, ddof=1),
                    theory.Anchor(0.5)),
@@ -186,7 +186,7 @@ def test_a_variant_and_a_conflicting_field_are_refused_naming_both():
 def test_calibration_preset_on_the_command_line(capsys, tmp_path):
     config = _parse("--calibration", "trl", "--alpha", "0")
     assert config.variant == theory.Variant("trl", theory.Anchor.mirror())
-    assert _parse("--calibration", "dr_grpo").normalization == "mean_only"
+    assert _parse("--calibration", "mean_only").normalization == "mean_only"
     with pytest.raises(ValueError, match="--calibration trl sets --eps=0.0001, but --eps=0.01"):
         _parse("--calibration", "trl", "--eps", "0.01")
     out = tmp_path / "run"
@@ -198,7 +198,7 @@ def test_trl_group_scaling_is_the_trl_calibration():
     fields_of_trl = calibration_fields(theory.CALIBRATIONS["trl"])
     assert fields_of_trl == {"normalization": "mean_std", "eps": 1e-4, "eps_placement": "std",
                              "ddof": 1, "exact_group_size": None}
-    assert calibration_fields(theory.CALIBRATIONS["dr_grpo"])["normalization"] == "mean_only"
+    assert calibration_fields(theory.CALIBRATIONS["mean_only"])["normalization"] == "mean_only"
 
 
 # ------------------------------------------------------------------- TRL names

@@ -35,7 +35,7 @@ def test_two_outcome_factor_is_omega():
     assert sp.simplify(expectation - p * (1 - p) * (w_plus + w_minus)) == 0
 
 
-@pytest.mark.parametrize("name", ["paper", "trl", "dr_grpo", "rloo", "max_abs"])
+@pytest.mark.parametrize("name", ["paper", "trl", "mean_only", "rloo", "max_abs"])
 def test_factor_is_registry_omega_symbolically(name):
     from grpo_companion.symbolic.calibration import calibration_weights
 
@@ -73,7 +73,7 @@ def test_paper_eps0_is_davis_recht():
 
 
 def test_mean_only_and_rloo_ascend_p():
-    assert tr.ascended_objective("dr_grpo") == p
+    assert tr.ascended_objective("mean_only") == p
     assert tr.ascended_objective("rloo") == p
     assert sp.simplify(tr.ascended_objective(CASES["rloo_G4"]) - p) == 0  # unbiased baseline
 
@@ -100,7 +100,7 @@ def test_max_abs_pieces():
     assert sp.simplify(f.subs(p, above) - sp.log(4 * above)) == 0
 
 
-@pytest.mark.parametrize("name", ["paper", "paper_eps0", "dr_grpo", "rloo", "paper_G4"])
+@pytest.mark.parametrize("name", ["paper", "paper_eps0", "mean_only", "rloo", "paper_G4"])
 def test_logit_flow_is_gradient_ascent_on_f(name):
     """dF/dL = F'(p) p (1 - p) = dL/dt, with p = sigmoid(L)."""
     cal = CASES[name]

@@ -63,7 +63,7 @@ def _independent_census(cal):
     return counts, np.array(lifts)
 
 
-@pytest.mark.parametrize("name", ["paper", "trl", "dr_grpo", "power"])
+@pytest.mark.parametrize("name", ["paper", "trl", "mean_only", "power"])
 def test_census_matches_an_independent_scan(name, power):
     cal = power if name == "power" else theory.CALIBRATIONS[name]
     audit = theory.audit_calibration(cal, n_grid=N, p_ref_bounds=P_BOUNDS,
@@ -84,7 +84,7 @@ def test_census_matches_an_independent_scan(name, power):
 
 def test_the_lift_bound_is_tight_for_centring():
     """Dr. GRPO's Omega is 1 everywhere, so every lift is exactly 1 = inf Omega."""
-    audit = theory.audit_calibration(theory.CALIBRATIONS["dr_grpo"], n_grid=5)
+    audit = theory.audit_calibration(theory.CALIBRATIONS["mean_only"], n_grid=5)
     assert audit.points == 25 and audit.share3 == 0
     assert audit.min_lift == pytest.approx(1.0, rel=1e-9) and audit.omega_inf == 1.0
 

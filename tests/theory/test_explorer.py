@@ -27,7 +27,7 @@ XTOL = 4.0 * EPS
 
 BETAS = [0.05, 0.2, 0.7, 1.0, 3.0, 20.0, 50.0]
 P_REFS = [0.01, 0.05, 0.2, 0.5, 0.9, 0.99]
-CALS = ("paper", "trl", "dr_grpo", "max_abs")
+CALS = ("paper", "trl", "mean_only", "max_abs")
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +139,8 @@ def test_paper_cobweb_matches_the_scalar_recurrence_written_out(grid: ExplorerGr
             np.testing.assert_allclose(grid.path[c, i, j], path, rtol=1e-9, atol=1e-12)
 
 
-def test_dr_grpo_map_is_flat_at_the_one_step_value(grid: ExplorerGrid) -> None:
-    c = CALS.index("dr_grpo")
+def test_mean_only_map_is_flat_at_the_one_step_value(grid: ExplorerGrid) -> None:
+    c = CALS.index("mean_only")
     want = 1.0 / (1.0 + (1 - grid.p_refs[None, :]) / grid.p_refs[None, :]
                   * np.exp(-1.0 / grid.betas[:, None]))
     np.testing.assert_allclose(grid.map_values[c], want[..., None] * np.ones(41), rtol=1e-12)

@@ -198,7 +198,7 @@ def test_exact_training_follows_the_variants_recurrence(cal, anchor):
 
 
 def test_named_calibrations_are_registered_variants():
-    assert set(theory.CALIBRATIONS) == {"paper", "trl", "dr_grpo", "rloo", "max_abs"}
+    assert set(theory.CALIBRATIONS) == {"paper", "trl", "mean_only", "rloo", "max_abs"}
     assert {c.normalization for c in theory.CALIBRATIONS.values()} <= set(NORMALIZATIONS)
     assert theory.CALIBRATIONS["trl"] == theory.Calibration("mean_std", 1e-4, "std", None, 1)
 
