@@ -34,6 +34,7 @@ from grpo_companion.validation import (
 
 from .calibration import Calibration, resolve_calibration
 from .logistic import _log_bernoulli_variance, logit, sigmoid
+from .variants import mix_targets, share_pairs
 
 __all__ = [
     "iterate",
@@ -72,24 +73,53 @@ def _check_map_inputs(
         )
 
 
+def _weighted(weight: np.ndarray, logit_l: np.ndarray) -> np.ndarray | float:
+    """``weight * L`` with ``0 * inf = 0`` (``0.0`` where every weight is 0)."""
+    if not np.any(weight):
+        return 0.0
+    with np.errstate(invalid="ignore"):
+        out = weight * logit_l
+    if np.all(weight > 0):
+        return out
+    return np.where(weight > 0, out, 0.0)
+
+
 def _affine_parts(
     logit_p_ref: np.ndarray, alpha: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``alpha * L_ref`` (with ``0 * inf = 0``) and ``1 - alpha``."""
-    with np.errstate(invalid="ignore"):
-        ref_part = np.where(alpha > 0, alpha * logit_p_ref, 0.0)
-    return ref_part, 1.0 - alpha
+    """The anchor term split for an iteration: ``alpha * L_ref`` and ``1 - alpha``.
+
+    The targets that stay put along the iteration (every one but ``pi_{n-1}``),
+    mixed once by :func:`_anchor_logit`'s rule (``0 * inf = 0``), and the weight
+    that :func:`_prev_part` gives ``L_{n-1}`` at each step.
+    """
+    def times(weight: np.ndarray, logit_l: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):  # an array even where every weight is 0
+            return np.where(weight > 0, weight * logit_l, 0.0)
+
+    pairs = share_pairs(alpha)
+    fixed = mix_targets([(w, t) for w, t in pairs if t != "previous"],
+                        {"reference": logit_p_ref}, times=times)
+    return fixed, _previous_slope(alpha)
 
 
 def _prev_part(keep: np.ndarray, logit_p: np.ndarray) -> np.ndarray | float:
-    """``(1 - alpha) * L_{n-1}`` with ``0 * inf = 0``."""
-    if not np.any(keep):
-        return 0.0
-    with np.errstate(invalid="ignore"):
-        out = keep * logit_p
-    if np.all(keep > 0):
-        return out
-    return np.where(keep > 0, out, 0.0)
+    """``(1 - alpha) * L_{n-1}`` with ``0 * inf = 0``: the moving target of the anchor term."""
+    return _weighted(keep, logit_p)
+
+
+def _anchor_logit(lr: np.ndarray, lp: np.ndarray, a: np.ndarray) -> np.ndarray | float:
+    """The anchor term ``alpha L_ref + (1 - alpha) L_{n-1}`` (Theorem 9 without ``Delta_R``).
+
+    The targets' logits mixed by the anchor's one rule
+    (:func:`~grpo_companion.theory.variants.mix_targets`) with the shares of ``alpha``.
+    """
+    return mix_targets(share_pairs(a), {"reference": lr, "previous": lp}, times=_weighted)
+
+
+def _previous_slope(a: np.ndarray) -> np.ndarray:
+    """``d(anchor term) / dL_{n-1} = 1 - alpha``: the mix of each target's slope."""
+    return mix_targets(share_pairs(a), {"reference": 0.0, "previous": 1.0})
 
 
 def _prepare(
@@ -146,9 +176,8 @@ def _map_logit(
     lp: np.ndarray, lr: np.ndarray, b: np.ndarray, a: np.ndarray, cal: Calibration
 ) -> np.ndarray:
     """The logit map on checked, broadcast inputs."""
-    ref_part, keep = _affine_parts(lr, a)
     with np.errstate(over="ignore"):
-        return ref_part + _prev_part(keep, lp) + cal.omega_unchecked(lp) / b
+        return _anchor_logit(lr, lp, a) + cal.omega_unchecked(lp) / b
 
 
 def pos_map(
@@ -302,7 +331,7 @@ def pos_map_logit_derivative(
 
 def _map_logit_slope(lp: np.ndarray, b: np.ndarray, a: np.ndarray,
                      cal: Calibration) -> np.ndarray:
-    return ((1.0 - a) + cal.omega_prime_unchecked(lp) / b)[()]
+    return (_previous_slope(a) + cal.omega_prime_unchecked(lp) / b)[()]
 
 
 def pos_map_derivative(
@@ -328,7 +357,7 @@ def pos_map_derivative(
     nxt = _map_logit(lp, lr, b, a, cal)
     omega_prime = cal.omega_prime_unchecked(lp)
     with np.errstate(over="ignore"):
-        slope = (1.0 - a) + omega_prime / b
+        slope = _previous_slope(a) + omega_prime / b
     # h (1 - h) / (p (1 - p)), formed in log space
     log_ratio = _log_bernoulli_variance(nxt) - _log_bernoulli_variance(lp)
     with np.errstate(over="ignore", invalid="ignore"):

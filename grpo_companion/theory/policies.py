@@ -26,6 +26,7 @@ from grpo_companion.validation import (
 
 from .calibration import Calibration, resolve_calibration
 from .logistic import logit
+from .variants import mix_targets, share_pairs
 
 __all__ = [
     "anchored_policy",
@@ -98,8 +99,13 @@ def _geometric_anchor(ref: np.ndarray, prev: np.ndarray, a: np.ndarray) -> np.nd
 
 def _log_geometric_anchor(log_ref: np.ndarray, log_prev: np.ndarray,
                           a: np.ndarray) -> np.ndarray:
-    """``log anchor`` of Lemma 2 from log-policies, normalised."""
-    log_anchor = _scaled_log(a, log_ref) + _scaled_log(1.0 - a, log_prev)
+    """``log anchor`` of Lemma 2 from log-policies, normalised.
+
+    The targets' log-probabilities are mixed by the anchor's one rule
+    (:func:`~grpo_companion.theory.variants.mix_targets`), with ``0 * log 0 = 0``.
+    """
+    log_anchor = mix_targets(share_pairs(a), {"reference": log_ref, "previous": log_prev},
+                             times=_scaled_log)
     with np.errstate(divide="ignore"):
         norm = special.logsumexp(log_anchor, axis=-1, keepdims=True)
     if np.isneginf(norm).any():
@@ -250,7 +256,9 @@ def renyi_correction(
         log_q = np.where(cls, _log(prev), -np.inf)
         log_p = log_p - special.logsumexp(log_p, axis=-1, keepdims=True)
         log_q = log_q - special.logsumexp(log_q, axis=-1, keepdims=True)
-        terms = np.where(cls, _scaled_log(a, log_p) + _scaled_log(1.0 - a, log_q), -np.inf)
+        mixed = mix_targets(share_pairs(a), {"reference": log_p, "previous": log_q},
+                            times=_scaled_log)
+        terms = np.where(cls, mixed, -np.inf)
         return special.logsumexp(terms, axis=-1)
 
     out = log_bhattacharyya(mask) - log_bhattacharyya(~mask)

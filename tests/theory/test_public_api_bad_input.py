@@ -223,7 +223,7 @@ OVERRIDES: dict[str, dict[str, Kind]] = {
                                                               "bool": True,
                                                               "inf": [INF, 0.0, 0.0],
                                                               "length": [1.0, 0.0]})},
-    # theory.surrogate's per-sample objective (theory.clipped's one is "clipped_objective")
+    # analyses.surrogate's per-sample objective (analyses.clipped's one is "clipped_objective")
     "surrogate.clipped_objective": {"advantage": _elem(0.5, {"inf": INF}),
                           "clip_eps": _one(0.2, {"negative": -0.1}, optional=True)},
     "group_advantages": {"eps": _one(1e-5, {"negative": -1.0, "inf": INF})},
@@ -232,6 +232,10 @@ OVERRIDES: dict[str, dict[str, Kind]] = {
     "orbit_tail": {"n_steps": _count(4, 1)},
     "policy_iterate": {"n_steps": _count(2, 0)},
     "variants": {},
+    "Anchor": {"pairs": Kind(((0.5, "reference"), (0.5, "previous")),
+                             {**_numeric(ALPHA), "target": ((1.0, "elsewhere"),),
+                              "sum": ((0.4, "reference"),), "negative_weight":
+                              ((-0.5, "reference"), (1.5, "previous")), "empty": ()})},
     "group_gains": {"eps": _one(1e-5, {"negative": -1.0, "inf": INF, "subnormal": 1e-310})},
     "Calibration": {"group_size": Kind(None, {k: v for k, v in _count(4, 2, sizes_memory=True)
                                               .bad.items() if k != "None"}, optional=True),
@@ -262,7 +266,7 @@ EXTRA_VALID: dict[str, dict[str, Any]] = {
 
 
 def _a_contraction_check() -> Any:
-    from grpo_companion.theory import contraction
+    from grpo_companion.theory.analyses import contraction
     return contraction.local_contraction(lambda x: 0.5 * x, lambda x: 0.5 + 0.0 * x, [0.0],
                                          n_steps=5)
 
@@ -275,15 +279,18 @@ NOT_CALLABLE_WITH_INPUT = {
     "NumericalOptimum",
     "ContrastiveTerms", "MonteCarloEstimate", "RowCheck", "Variant", "ContractionCheck",
     "StagedPath", "CALIBRATIONS", "ANCHOR_KINDS", "NUMPY_OPS", "Ops", "LogKernels",
-    "Normalization", "Table1Row",
+    "Normalization", "Table1Row", "ANCHOR_TARGETS",
 }
+# The anchor's mixing helpers take numbers, arrays, tensors or SymPy expressions alike and
+# leave the checks to their callers; tests/variants/test_anchor.py checks them.
+NOT_CALLABLE_WITH_INPUT |= {"share_pairs", "mix_targets"}
 # The registry's functions change global state; tests/theory/test_variants.py checks their
 # refusals (a taken name, a failing, negative, infinite or batch-level gains function).
 REGISTRY = {"register_normalization", "unregister_normalization", "sympy_ops",
             "calibration_named"}
-# --- chapter modules theory.parametric (ch. 9), theory.beta_sweep (ch. 5)
+# --- chapter modules theory.analyses.parametric (ch. 9), theory.analyses.beta_sweep (ch. 5)
 def _parametric_fixtures() -> dict[str, Any]:
-    from grpo_companion.theory import parametric
+    from grpo_companion.theory.analyses import parametric
 
     ref_probs = np.array([[0.25, 0.25, 0.5], [0.2, 0.3, 0.5]])
     success = np.array([[True, False, False], [False, True, False]])
@@ -378,7 +385,7 @@ OVERRIDES["audit_calibration"] = {
                                       "three": (0.1, 1.0, 10.0), "str": "ab"}),
 }
 
-# --- theory.trained_loss (ch. 8): the recurrence of the loss a sampled run trains.
+# --- theory.analyses.trained_loss (ch. 8): the recurrence of the loss a sampled run trains.
 # Trajectories are (len(steps), prompts) logits; one_step_tv's arrays are coupled by
 # shape (prompts, outputs), so they are whole-array kinds, not elementwise ones.
 _LOGIT_TRAJ = [[-1.0, 0.5], [-0.8, 0.7], [-0.6, 0.9]]
@@ -447,7 +454,7 @@ OVERRIDES.update({
 })
 
 
-# --- issue 24: theory.clipped, theory.clip_bias, theory.entropy, theory.sample_weighting
+# --- issue 24: theory.analyses.clipped, clip_bias, entropy and sample_weighting
 _LOGITS_BAD = {"nan": [NAN, 0.0, 0.0], "None": None, "str": "abc", "bool": True,
                "inf": [INF, 0.0, 0.0], "scalar": 1.0, "empty": [], "object": [0.1, None, 0.3],
                "complex": [0.1 + 1j, 0.0, 0.0]}
@@ -492,7 +499,7 @@ _STEP_LOGITS = Kind([0.1, -0.2, 0.3], {**_LOGITS_BAD, "minus_inf": [-INF, 0.0, 0
 _GROUP_LOGITS = Kind([0.1, -0.2, 0.3], {**_LOGITS_BAD, "length": [0.0, 0.0]})
 _SCALAR_P_HALF = _one(0.5, PROB)
 OVERRIDES.update({
-    # theory.clipped
+    # theory.analyses.clipped
     "clipped_surrogate": {"clip_eps": _CLIP_K, "advantage": _elem(0.5, {"inf": INF})},
     "clipped_objective": {"clip_eps": _CLIP_K},
     "clipped_round_policy": {"clip_eps": _CLIP_K},
@@ -502,12 +509,12 @@ OVERRIDES.update({
     "clipped_iterate_logit": {"clip_eps": _CLIP_K, "n_steps": _count(3, 0)},
     "clipped_fixed_points": {"clip_eps": _CLIP_K},
     "clipped_fixed_points_logit": {"clip_eps": _CLIP_K},
-    # theory.clip_bias
+    # theory.analyses.clip_bias
     "enumerate_groups": {"p": _SCALAR_P_HALF},
     "expected_drift": {"p": _SCALAR_P_HALF},
     "group_surrogate": {"logits": _GROUP_LOGITS},
     "group_surrogate_gradient": {"logits": _GROUP_LOGITS},
-    # theory.entropy
+    # theory.analyses.entropy
     "grpo_logit_step": {**_ENTROPY_STEP, "logits": _STEP_LOGITS},
     "step_entropy_covariance": {**_ENTROPY_STEP, "logits": _STEP_LOGITS},
     "exact_gradient_run": dict(_ENTROPY_STEP),
@@ -518,7 +525,7 @@ OVERRIDES.update({
         "reward": Kind([[0.2, 0.3, 0.45, 0.6], [0.1, 0.35, 0.4, 0.7]],
                        {k: [v, v] if isinstance(v, list) else v
                         for k, v in KINDS["reward"].bad.items()})},
-    # theory.sample_weighting
+    # theory.analyses.sample_weighting
     "log_ratio_drift": {"a": Kind(0, {**_count(0, 0).bad, "above": 3}),
                         "b": Kind(1, {**_count(1, 0).bad, "above": 3})},
     "softmax_objective": {"beta": _elem(1.0, {"negative": -1.0, "inf": INF})},
