@@ -51,7 +51,7 @@ def _p_ref(name: str, value: object) -> object:
 
 def _mix(name: str, value: object) -> object:
     """The two-KL mix: at 0 or 1 one of the two penalties vanishes and the chapters'
-    two-KL rows (``theory.table1``) are another variant, so both ends are refused."""
+    two-KL rows (``theory.analyses.table1``) are another variant, so both ends are refused."""
     v.check_real(name, value, 0.0, 1.0, open_low=True, open_high=True, scalar=True)
     return value
 

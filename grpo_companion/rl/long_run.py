@@ -13,13 +13,13 @@ output distribution can be enumerated instead
   (:func:`exact_entropy`, from the same enumeration);
 - at every iteration ``n`` and for every prompt of that iteration's batch, the
   total variation between the network's new policy and the tabular policy that
-  the divergence step (:func:`grpo_companion.theory.trained_loss.exact_step_logit`,
+  the divergence step (:func:`grpo_companion.theory.analyses.trained_loss.exact_step_logit`,
   with the loss's KL estimator and its calibration at the group size) reaches
   from the network's previous policy
-  (:func:`grpo_companion.theory.trained_loss.one_step_tv`). For plain k3 that
+  (:func:`grpo_companion.theory.analyses.trained_loss.one_step_tv`). For plain k3 that
   step is the reverse-KL step: it has the trained loss's fixed points and
   on-policy gradient, but it is not the optimum of one round of that loss
-  (:func:`~grpo_companion.theory.trained_loss.round_step_logit`). This is a
+  (:func:`~grpo_companion.theory.analyses.trained_loss.round_step_logit`). This is a
   one-step distance;
 - at every iteration, for every trained prompt in the batch, the paper's distance
   ``D_n = TV(pi~_n, pi_n)`` to the exact orbit ``pi_n`` of the same step started
@@ -55,7 +55,8 @@ import torch
 
 from grpo_companion.rl.tasks import EOS, ArithmeticTask
 from grpo_companion.rl.trainer import TrainConfig, prepare_run
-from grpo_companion.theory import NORMALIZATIONS, register_normalization, trained_loss
+from grpo_companion.theory import NORMALIZATIONS, register_normalization
+from grpo_companion.theory.analyses import trained_loss
 
 __all__ = ["LongRun", "correct_columns", "exact_entropy", "exact_success", "run_long",
            "run_seeds"]

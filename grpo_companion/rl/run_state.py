@@ -41,7 +41,7 @@ def mixed_reference(ref: nn.Module, policy: nn.Module, mixup_alpha: float) -> nn
     ``a = 1`` is :func:`frozen_copy` of the policy (the trainer's plain reset, bit for bit),
     ``a = 0`` keeps ``ref``. A new frozen module; ``ref`` and ``policy`` are not changed.
     For the bandit's tabular logits this mixes log-probabilities, whose success logit
-    follows :func:`grpo_companion.theory.staged.mixed_reference_logit`.
+    follows :func:`grpo_companion.theory.analyses.staged.mixed_reference_logit`.
     """
     if not 0.0 <= mixup_alpha <= 1.0:
         raise ValueError(f"mixup_alpha must be a number in [0, 1], got {mixup_alpha!r}")

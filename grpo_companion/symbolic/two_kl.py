@@ -361,7 +361,7 @@ def moving_reference(n_success: int = 2, n_failure: int = 2,
     (:func:`geometric_mean_pos`) gives the general form with the Renyi correction. ``a = 1``
     is staged GRPO's reset ``L_ref' = L_n`` and ``a = 0`` keeps ``L_ref`` (the plain
     recurrence). The numeric counterpart is
-    :func:`grpo_companion.theory.staged.moving_reference_iterate`.
+    :func:`grpo_companion.theory.analyses.staged.moving_reference_iterate`.
     """
     for label, n in (("n_success", n_success), ("n_failure", n_failure)):
         if not 1 <= n <= 3:

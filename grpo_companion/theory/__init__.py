@@ -15,13 +15,16 @@ Core modules (the theory every chapter and the trainer use; exported here):
 - ``roots``: all interior fixed points, vectorised over parameter grids.
 - ``regimes``: period-2 orbits and long-run regime classification.
 - ``logistic``: logit-space helpers (the argument checks are ``grpo_companion.validation``).
+- ``audit``: the census of a calibration's fixed points (does Theorem 3 hold for it?).
+- ``group_sampling``: Monte Carlo groups of ``G`` samples (ch. 6); ``group_advantages``.
+- ``kl_estimators``: the per-sample KL estimators (k1, k2, k3, k3_ratio) and the fixed point
+  each makes sampled GRPO reach; the trainer reads its estimators.
+- ``_group_kernels``: private numerical kernels shared by ``calibration`` and
+  ``finite_group``.
 
-Chapter modules (each serves one chapter or page; import them by module name):
-``group_sampling`` (ch. 6 Monte Carlo; its ``group_advantages`` is exported),
-``table1``, ``bifurcation`` and ``beta_sweep`` (ch. 5), ``amplification``
-(ch. 4), ``surrogate`` and ``kl_estimators`` (ch. 7), ``relaxed`` and
-``trained_loss`` (ch. 8), ``parametric`` (ch. 9), ``contraction``, ``staged`` and
-``numerical`` (claims ledger and errata).
+Chapter analyses live in the subpackage :mod:`grpo_companion.theory.analyses`, one module per
+chapter result (its docstring lists which chapter each serves); import them by module name,
+``from grpo_companion.theory.analyses import table1``. A core module never imports them.
 """
 
 # a core module that no export names: theory.finite_group after `import theory`
@@ -38,7 +41,7 @@ from .dynamics import (
     stability_bound,
 )
 from .group_sampling import group_advantages
-from .logistic import expit, log_bernoulli_variance, logit, sigmoid
+from .logistic import log_bernoulli_variance, logit, sigmoid
 from .normalizations import NORMALIZATIONS, register_normalization, unregister_normalization
 from .policies import (
     anchored_policy,
@@ -71,7 +74,6 @@ __all__ = [
     "anchored_policy",
     "audit_calibration",
     "classify_dynamics",
-    "expit",
     "fixed_points",
     "fixed_points_logit",
     "geometric_anchor",

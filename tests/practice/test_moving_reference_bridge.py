@@ -19,10 +19,10 @@ from grpo_companion.practice.trl_bridge import (
     PredictedPath,
     predict_limits,
     predict_path,
-    theory_settings,
+    theory_reading,
 )
 from grpo_companion.rl.policies import TabularSoftmaxPolicy
-from grpo_companion.theory.staged import moving_reference_iterate
+from grpo_companion.theory.analyses.staged import moving_reference_iterate
 
 from . import _tiny
 
@@ -37,7 +37,7 @@ def _config(tmp_path, **changes):
 
 
 def test_the_settings_read_the_sync(tmp_path):
-    settings = theory_settings(_config(tmp_path))
+    settings = theory_reading(_config(tmp_path))
     assert settings.steps_per_iteration == 2 and settings.ref_sync_every == 2
     assert settings.ref_mixup_alpha == 0.6 and settings.predicts and settings.moving_reference
     assert settings.record()["ref_sync_every"] == 2 and "moving reference" in settings.note
@@ -45,11 +45,11 @@ def test_the_settings_read_the_sync(tmp_path):
 
 
 def test_the_prediction_is_the_moving_reference_recurrence(tmp_path):
-    settings = theory_settings(_config(tmp_path))
+    settings = theory_reading(_config(tmp_path))
     path = predict_path(P_REF, 9, settings)
     expected = moving_reference_iterate(P_REF, 0.5, 9, 2, 0.6, calibration=settings.calibration)
     np.testing.assert_allclose(path, expected.p, rtol=0, atol=1e-15)
-    fixed = predict_path(P_REF, 9, theory_settings(_config(tmp_path, sync_ref_model=False)))
+    fixed = predict_path(P_REF, 9, theory_reading(_config(tmp_path, sync_ref_model=False)))
     assert np.max(np.abs(path - fixed)) > 1e-2
     # one iteration at a time, and back, bit for bit
     stepper = PredictedPath(P_REF, settings)
@@ -58,9 +58,9 @@ def test_the_prediction_is_the_moving_reference_recurrence(tmp_path):
 
 
 def test_mixup_zero_and_no_sync_keep_the_fixed_reference_prediction(tmp_path):
-    plain = theory_settings(_config(tmp_path, sync_ref_model=False))
+    plain = theory_reading(_config(tmp_path, sync_ref_model=False))
     assert plain.ref_sync_every is None and "ref_sync_every" not in plain.record()
-    zero = theory_settings(_config(tmp_path, ref_model_mixup_alpha=0.0))
+    zero = theory_reading(_config(tmp_path, ref_model_mixup_alpha=0.0))
     assert zero.record() == plain.record()
     assert np.array_equal(predict_path(P_REF, 6, zero), predict_path(P_REF, 6, plain))
 
@@ -70,25 +70,25 @@ def test_mixup_zero_and_no_sync_keep_the_fixed_reference_prediction(tmp_path):
     ({"use_bias_correction_kl": False}, "plain k3"),
 ])
 def test_syncs_the_recurrence_does_not_describe_are_refused(tmp_path, changes, why):
-    settings = theory_settings(_config(tmp_path, **changes))
+    settings = theory_reading(_config(tmp_path, **changes))
     assert not settings.predicts and any(
         r.startswith("sync_ref_model=") and why in r for r in settings.reasons)
 
 
 def test_beta_zero_makes_the_sync_inert(tmp_path):
-    settings = theory_settings(_config(tmp_path, beta=0.0))
+    settings = theory_reading(_config(tmp_path, beta=0.0))
     assert settings.predicts and settings.ref_sync_every is None
 
 
 def test_limits_fixed_point_and_reading(tmp_path):
     config = _config(tmp_path)
-    settings = theory_settings(config)
+    settings = theory_reading(config)
     limits, regimes = predict_limits(P_REF, settings)
     assert regimes == ["absorbed", "saturates", "saturates", "saturates"]
     assert limits[0] == 0 and np.all(limits[1:] > 1 - 1e-6)
     assert trl_questions.fixed_point(0.3, config) is None
     assert trl_questions.fixed_point(0.3, _config(tmp_path, sync_ref_model=False)) is not None
-    assert "follows the policy" in trl_facts.reading(config).settles_at
+    assert "follows the policy" in trl_facts.installed_reading(config).settles_at
 
 
 def _exact_iteration(pi, ref, mask, beta, calibration):
@@ -107,7 +107,7 @@ def test_trls_sync_callback_with_exact_iterations_follows_the_prediction(tmp_pat
                         lambda: SimpleNamespace(deepspeed_plugin=None))
     config = _config(tmp_path, num_iterations=1, ref_model_sync_steps=k,
                      ref_model_mixup_alpha=a)
-    settings = theory_settings(config)
+    settings = theory_reading(config)
     assert settings.ref_sync_every == (k if a > 0 else None)
     mask = np.array([1, 1, 0, 0, 0, 0])
     rng = np.random.default_rng(4)

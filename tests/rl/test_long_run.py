@@ -26,7 +26,7 @@ from grpo_companion.rl import long_run, tasks
 from grpo_companion.rl.policies import TinyCausalTransformer
 from grpo_companion.rl.trainer import TrainConfig, prepare_run
 from grpo_companion.theory import Calibration
-from grpo_companion.theory import trained_loss as tl
+from grpo_companion.theory.analyses import trained_loss as tl
 
 # pre-trained long enough that groups of 4 see successes, so that GRPO moves the policy
 TINY = TrainConfig(task="sequence", max_operand=19, n_eval_prompts=16, eval_samples=4,

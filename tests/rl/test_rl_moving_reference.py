@@ -1,6 +1,6 @@
 """A moving reference (TRL's sync_ref_model): ``ref_reset_every`` with ``ref_mixup_alpha``.
 
-Exact-mode training follows :func:`grpo_companion.theory.staged.moving_reference_iterate`;
+Exact-mode training follows :func:`grpo_companion.theory.analyses.staged.moving_reference_iterate`;
 ``ref_mixup_alpha = 1`` is the plain reset, bit for bit; the mix is TRL's own callback's.
 """
 
@@ -16,7 +16,7 @@ from grpo_companion.rl import fingerprint, trainer
 from grpo_companion.rl.policies import TabularSoftmaxPolicy, TinyCausalTransformer
 from grpo_companion.rl.run_state import frozen_copy, mixed_reference
 from grpo_companion.rl.trainer import TrainConfig, train
-from grpo_companion.theory.staged import moving_reference_iterate, staged_iterate
+from grpo_companion.theory.analyses.staged import moving_reference_iterate, staged_iterate
 
 EXACT = {"exact": True, "n_prompts": 24, "n_outputs": 8, "n_success": 3, "iterations": 8,
          "progress": False, "p_ref_zero_fraction": 0.1, "seed": 1, "beta": 4.0, "eps": 1e-2}
@@ -110,8 +110,8 @@ def test_tabular_mix_has_the_theorys_success_logit():
                 - torch.logsumexp(logp[:, ~success], -1)).detach().numpy()
 
     mixed = mixed_reference(ref, policy, 0.35)
-    expected = theory.staged.mixed_reference_logit(success_logit(policy), success_logit(ref),
-                                                   0.35)
+    expected = theory.analyses.staged.mixed_reference_logit(success_logit(policy),
+                                                            success_logit(ref), 0.35)
     np.testing.assert_allclose(success_logit(mixed), expected, rtol=0, atol=1e-12)
 
 

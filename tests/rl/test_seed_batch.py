@@ -42,7 +42,7 @@ from grpo_companion import theory
 from grpo_companion.rl import grpo_tasks, long_run, seed_batch
 from grpo_companion.rl.long_run import LongRun
 from grpo_companion.rl.trainer import TrainConfig, prepare_run
-from grpo_companion.theory import trained_loss
+from grpo_companion.theory.analyses import trained_loss
 
 # test_long_run's TINY (groups of 4 see successes after its pre-training), with per-prompt
 # KL weights, and batches smaller than the pool (prompts left out of a batch take the

@@ -7,7 +7,7 @@ import sympy as sp
 from grpo_companion import theory
 from grpo_companion.symbolic import symbols as sy
 from grpo_companion.symbolic.two_kl import mixup, moving_reference, p_new_ref
-from grpo_companion.theory.staged import moving_reference_iterate, staged_iterate
+from grpo_companion.theory.analyses.staged import moving_reference_iterate, staged_iterate
 
 P_N = sp.Symbol("p_n", real=True)
 

@@ -1,4 +1,5 @@
-"""Clipping bias under random rewards, exactly (grpo_companion.theory.clip_bias), issue 24 item 6.
+"""Clipping bias under random rewards, exactly (grpo_companion.theory.analyses.clip_bias),
+issue 24 item 6.
 
 The claim is Shao et al.'s (arXiv 2506.10947): with rewards independent of the
 output, GRPO's clip biases the update. The expectations were committed before this
@@ -36,7 +37,7 @@ import pytest
 from scipy import special
 
 from grpo_companion import theory
-from grpo_companion.theory import clip_bias
+from grpo_companion.theory.analyses import clip_bias
 from tests._converged import EPS
 
 OLD = np.array([0.9, 0.07, 0.03])

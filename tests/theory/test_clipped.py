@@ -1,4 +1,4 @@
-"""Clipped GRPO solved exactly (grpo_companion.theory.clipped), issue 24 item 1.
+"""Clipped GRPO solved exactly (grpo_companion.theory.analyses.clipped), issue 24 item 1.
 
 The expectations were committed before this module existed
 (benchmarks/results/beyond_expectations.md, section 1). Checks:
@@ -22,7 +22,7 @@ import pytest
 from scipy import optimize, special
 
 from grpo_companion import theory
-from grpo_companion.theory import clipped
+from grpo_companion.theory.analyses import clipped
 from tests._converged import EPS, ULPS
 
 KAPPAS = (0.1, 0.2, 0.3)

@@ -1,4 +1,4 @@
-"""Policy entropy under GRPO steps (grpo_companion.theory.entropy), issue 24 item 5.
+"""Policy entropy under GRPO steps (grpo_companion.theory.analyses.entropy), issue 24 item 5.
 
 Cui et al., arXiv 2505.22617. The expectations were committed before this module
 existed (benchmarks/results/beyond_expectations.md, section 5). Checks:
@@ -27,7 +27,7 @@ import pytest
 from scipy import special, stats
 
 from grpo_companion import theory
-from grpo_companion.theory import entropy as ent
+from grpo_companion.theory.analyses import entropy as ent
 from tests._converged import EPS, ULPS
 
 

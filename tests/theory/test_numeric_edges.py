@@ -113,8 +113,9 @@ def test_policy_iterate_still_refuses_a_boundary_start_with_eps_zero():
 
 
 def test_scan_roots_finds_every_root_per_cell_to_adjacent_floats():
-    """roots.scan_roots (shared by theory.clipped and theory.sample_weighting) against known
-    roots: cos(x / c) has roots at c (pi/2 + k pi); an exact grid zero is kept once."""
+    """roots.scan_roots (shared by theory.analyses.clipped and
+    theory.analyses.sample_weighting) against known roots: cos(x / c) has roots at
+    c (pi/2 + k pi); an exact grid zero is kept once."""
     import math
 
     from grpo_companion.theory.roots import scan_roots

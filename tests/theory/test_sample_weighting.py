@@ -1,4 +1,5 @@
-"""Rank bias and positive/negative samples (grpo_companion.theory.sample_weighting), issue 24.
+"""Rank bias and positive/negative samples (grpo_companion.theory.analyses.sample_weighting),
+issue 24.
 
 Items 3 and 4; the expectations were committed before this module existed
 (benchmarks/results/beyond_expectations.md, sections 3 and 4). Checks:
@@ -25,7 +26,7 @@ import pytest
 from scipy import optimize, special
 
 from grpo_companion import theory
-from grpo_companion.theory import sample_weighting as sw
+from grpo_companion.theory.analyses import sample_weighting as sw
 from tests._converged import EPS, ULPS, newton_polish_simplex
 
 REF = np.array([0.15, 0.05, 0.3, 0.3, 0.2])  # correct outputs 0 (likelier) and 1

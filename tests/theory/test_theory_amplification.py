@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_companion import theory
-from grpo_companion.theory.amplification import (
+from grpo_companion.theory.analyses.amplification import (
     scan_fixed_points,
     success_gain,
     upper_fixed_point_logit,

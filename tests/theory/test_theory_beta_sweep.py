@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from grpo_companion.theory import beta_sweep
+from grpo_companion.theory.analyses import beta_sweep
 from tests._converged import EPS as ULP
 from tests._converged import ULPS, brent_root
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from grpo_companion.theory import bifurcation as bf
+from grpo_companion.theory.analyses import bifurcation as bf
 
 
 def _step(lp, lr, beta, eps, alpha=1.0):

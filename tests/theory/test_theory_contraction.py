@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_companion import theory
-from grpo_companion.theory.contraction import (
+from grpo_companion.theory.analyses.contraction import (
     local_contraction,
     reference_map_contraction,
     uniform_contraction,

@@ -217,7 +217,7 @@ def test_the_loss_and_the_trainer_read_the_one_registry():
         assert name in help_text
         trainer.TrainConfig(task="bandit", kl=name, progress=False)  # a valid choice
         assert kle.KL_ESTIMATORS[name].follows in ("forward", "reverse", "none")
-    from grpo_companion.theory import trained_loss
+    from grpo_companion.theory.analyses import trained_loss
     assert set(trained_loss.ROUND_ESTIMATORS) <= set(kle.ESTIMATOR_TARGETS)
 
 

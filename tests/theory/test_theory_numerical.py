@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from grpo_companion import theory
-from grpo_companion.theory import numerical
+from grpo_companion.theory.analyses import numerical
 
 
 def _problem(seed, n=7):

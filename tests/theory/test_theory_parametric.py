@@ -9,7 +9,7 @@ import pytest
 from scipy import special
 
 from grpo_companion import theory
-from grpo_companion.theory import parametric as P
+from grpo_companion.theory.analyses import parametric as P
 from tests._converged import EPS as ULP
 from tests._converged import ULPS, brent_root
 
@@ -33,7 +33,7 @@ def _bandit(n_prompts=6, n_outputs=5, p_ref=(0.05, 0.15, 0.3, 0.45, 0.6, 0.8), s
 
 
 def test_importing_the_module_does_not_import_torch():
-    code = ("import sys, grpo_companion.theory.parametric; "
+    code = ("import sys, grpo_companion.theory.analyses.parametric; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from grpo_companion import theory
-from grpo_companion.theory import relaxed
+from grpo_companion.theory.analyses import relaxed
 
 CAL = {"eps": 1e-5, "group_size": 16, "ddof": 1}
 

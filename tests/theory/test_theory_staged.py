@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_companion import theory
-from grpo_companion.theory.staged import staged_iterate
+from grpo_companion.theory.analyses.staged import staged_iterate
 
 P_REFS = np.array([1e-3, 0.05, 0.2, 0.5, 0.9])
 
@@ -74,7 +74,7 @@ def test_the_exact_trainer_with_ref_reset_every_follows_the_staged_recurrence() 
 
 
 # ------------------------------------------------ a moving reference (TRL's sync_ref_model)
-from grpo_companion.theory.staged import (  # noqa: E402
+from grpo_companion.theory.analyses.staged import (  # noqa: E402
     mixed_reference_logit,
     moving_reference_iterate,
 )

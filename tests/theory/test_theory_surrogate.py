@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from grpo_companion import theory
-from grpo_companion.theory import surrogate as sg
+from grpo_companion.theory.analyses import surrogate as sg
 
 
 def _problem(seed, n=9, spread=0.5):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from grpo_companion import theory
-from grpo_companion.theory import table1
+from grpo_companion.theory.analyses import table1
 from tests._converged import EPS, ULPS, brent_root
 
 

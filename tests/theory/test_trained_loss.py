@@ -1,8 +1,8 @@
 """The PoS recurrence of the trained loss (chapter 8) against independent computations.
 
-Every function of :mod:`grpo_companion.theory.trained_loss` is checked against
+Every function of :mod:`grpo_companion.theory.analyses.trained_loss` is checked against
 something it does not compute itself: Theorem 2's map and the relaxed
-recurrence of :mod:`grpo_companion.theory.relaxed` for the forward-KL
+recurrence of :mod:`grpo_companion.theory.analyses.relaxed` for the forward-KL
 estimators, a direct scipy maximisation of one iteration's two-outcome
 objective for both KLs, the fixed-point equations evaluated with
 ``Calibration.omega``, and sums written out by hand.
@@ -15,8 +15,9 @@ import pytest
 from scipy import optimize
 
 from grpo_companion import theory
-from grpo_companion.theory import Calibration, relaxed
-from grpo_companion.theory import trained_loss as tl
+from grpo_companion.theory import Calibration
+from grpo_companion.theory.analyses import relaxed
+from grpo_companion.theory.analyses import trained_loss as tl
 
 CAL = Calibration(group_size=16)
 FORWARD = ("k3_ratio", "k2")

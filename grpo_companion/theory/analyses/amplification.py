@@ -30,7 +30,7 @@ from grpo_companion.validation import (
     check_probability,
 )
 
-from .calibration import Calibration, resolve_calibration
+from ..calibration import Calibration, resolve_calibration
 
 __all__ = ["scan_fixed_points", "success_gain", "upper_fixed_point_logit"]
 

@@ -25,8 +25,8 @@ from scipy import optimize
 
 from grpo_companion.validation import check_interval, check_probability, check_real
 
-from .calibration import resolve_calibration
-from .dynamics import iterate
+from ..calibration import resolve_calibration
+from ..dynamics import iterate
 
 __all__ = ["fit_step_fraction", "relaxed_iterate"]
 

@@ -65,10 +65,10 @@ from grpo_companion.validation import (
     check_success_mask,
 )
 
-from .calibration import Calibration, resolve_calibration
-from .dynamics import pos_map
-from .policies import anchored_policy, kl_divergence, policy_iterate, pos
-from .roots import fixed_points
+from ..calibration import Calibration, resolve_calibration
+from ..dynamics import pos_map
+from ..policies import anchored_policy, kl_divergence, policy_iterate, pos
+from ..roots import fixed_points
 
 __all__ = [
     "ErrorDecomposition",

@@ -33,11 +33,11 @@ from grpo_companion.validation import (
     check_scalar_array,
 )
 
-from .calibration import Calibration, resolve_calibration
-from .dynamics import pos_map_logit_derivative
-from .logistic import logit
-from .regimes import classify_dynamics
-from .roots import fixed_points_logit
+from ..calibration import Calibration, resolve_calibration
+from ..dynamics import pos_map_logit_derivative
+from ..logistic import logit
+from ..regimes import classify_dynamics
+from ..roots import fixed_points_logit
 
 __all__ = ["BetaSweep", "sweep_beta"]
 

@@ -81,8 +81,8 @@ from grpo_companion.validation import (
     check_seed,
 )
 
-from .calibration import Calibration, resolve_calibration
-from .group_sampling import group_advantages
+from ..calibration import Calibration, resolve_calibration
+from ..group_sampling import group_advantages
 from .surrogate import check_clip_eps
 
 #: the most inner steps a round may take (a GRPO round takes a few; a larger count is a typo)

@@ -31,7 +31,7 @@ from grpo_companion.validation import (
     check_real,
 )
 
-from .calibration import Calibration, resolve_calibration
+from ..calibration import Calibration, resolve_calibration
 
 __all__ = [
     "ContractionCheck",

@@ -55,9 +55,9 @@ from grpo_companion.validation import (
     check_probability,
 )
 
-from .calibration import Calibration, resolve_calibration
-from .dynamics import pos_map_logit
-from .logistic import logit, sigmoid
+from ..calibration import Calibration, resolve_calibration
+from ..dynamics import pos_map_logit
+from ..logistic import logit, sigmoid
 
 __all__ = ["StagedPath", "mixed_reference_logit", "moving_reference_iterate",
            "staged_iterate"]

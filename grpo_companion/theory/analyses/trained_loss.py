@@ -67,11 +67,11 @@ from grpo_companion.validation import (
     check_seed,
 )
 
-from .calibration import Calibration, resolve_calibration
-from .dynamics import pos_map_logit
-from .kl_estimators import ESTIMATOR_TARGETS, _reverse_kl_policy, reverse_kl_fixed_points
-from .logistic import logit, sigmoid
-from .roots import fixed_points
+from ..calibration import Calibration, resolve_calibration
+from ..dynamics import pos_map_logit
+from ..kl_estimators import ESTIMATOR_TARGETS, _reverse_kl_policy, reverse_kl_fixed_points
+from ..logistic import logit, sigmoid
+from ..roots import fixed_points
 
 __all__ = [
     "PROMPT_BLIND",

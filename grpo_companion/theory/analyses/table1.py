@@ -31,13 +31,13 @@ from scipy import special
 
 from grpo_companion.validation import check_beta, check_count, check_memory, check_real, check_seed
 
-from .calibration import Calibration
-from .dynamics import iterate, iterate_logit, pos_map_derivative, pos_map_logit_derivative
-from .logistic import logit
-from .policies import policy_iterate, pos, renyi_correction
-from .regimes import Regime, classify_dynamics
-from .roots import fixed_points_logit
-from .variants import Anchor, Variant
+from ..calibration import Calibration
+from ..dynamics import iterate, iterate_logit, pos_map_derivative, pos_map_logit_derivative
+from ..logistic import logit
+from ..policies import policy_iterate, pos, renyi_correction
+from ..regimes import Regime, classify_dynamics
+from ..roots import fixed_points_logit
+from ..variants import Anchor, Variant
 
 __all__ = ["RowCheck", "Table1Row", "check_table1", "max_lemma1_bound", "variants"]
 

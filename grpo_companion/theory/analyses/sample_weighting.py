@@ -106,11 +106,11 @@ from grpo_companion.validation import (
     check_success_mask,
 )
 
-from .calibration import Calibration, resolve_calibration
-from .group_sampling import group_advantages
-from .normalizations import NORMALIZATIONS, Ops, register_normalization
-from .policies import optimal_policy, policy_iterate
-from .roots import scan_roots
+from ..calibration import Calibration, resolve_calibration
+from ..group_sampling import group_advantages
+from ..normalizations import NORMALIZATIONS, Ops, register_normalization
+from ..policies import optimal_policy, policy_iterate
+from ..roots import scan_roots
 from .surrogate import check_clip_eps
 
 __all__ = [

@@ -82,9 +82,9 @@ from grpo_companion.validation import (
     check_success_mask,
 )
 
-from .calibration import Calibration, resolve_calibration
-from .logistic import logit
-from .roots import scan_roots
+from ..calibration import Calibration, resolve_calibration
+from ..logistic import logit
+from ..roots import scan_roots
 
 __all__ = [
     "clipped_fixed_points",

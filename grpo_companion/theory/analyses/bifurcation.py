@@ -35,11 +35,11 @@ from grpo_companion.validation import (
     check_scalar_array,
 )
 
-from .calibration import Calibration, resolve_calibration
-from .dynamics import _prepare, iterate_logit
-from .logistic import logit
-from .regimes import Regime, classify_dynamics
-from .roots import fixed_points_logit
+from ..calibration import Calibration, resolve_calibration
+from ..dynamics import _prepare, iterate_logit
+from ..logistic import logit
+from ..regimes import Regime, classify_dynamics
+from ..roots import fixed_points_logit
 
 __all__ = ["LABEL_NAMES", "Label", "RegimeMap", "cobweb_path", "orbit_tail", "regime_map"]
 

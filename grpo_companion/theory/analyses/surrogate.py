@@ -42,7 +42,7 @@ from grpo_companion.validation import (
     check_success_mask,
 )
 
-from .calibration import Calibration, resolve_calibration
+from ..calibration import Calibration, resolve_calibration
 
 __all__ = [
     "ContrastiveTerms",
