@@ -41,7 +41,7 @@ installed TRL.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -50,6 +50,7 @@ import torch
 from grpo_companion.theory.calibration import Calibration, resolve_calibration
 from grpo_companion.theory.finite_group import group_table
 from grpo_companion.theory.kl_estimators import KL_ESTIMATORS as _ESTIMATORS
+from grpo_companion.theory.variants import Anchor
 from grpo_companion.validation import check_number as _check_real
 
 #: The per-token KL estimators, from their one definition (``theory.kl_estimators.KL_ESTIMATORS``).
@@ -206,27 +207,51 @@ def clipped_tokens(
     return ((ratio < low) & (adv < 0)) | ((ratio > high) & (adv > 0))
 
 
+def _anchor_of(alpha: float, anchor: Anchor | None) -> Anchor:
+    """``anchor``, or the anchor of reference share ``alpha`` when it is None."""
+    if anchor is None:
+        _check_real("alpha", alpha, 0.0, 1.0)
+        return Anchor(float(alpha))
+    if not isinstance(anchor, Anchor):
+        raise ValueError(f"anchor must be a theory.Anchor or None, got {anchor!r}")
+    if alpha != 1.0 and alpha != anchor.alpha:
+        raise ValueError(f"alpha must be left at 1.0 or equal the anchor's share "
+                         f"{anchor.alpha!r} when anchor is given, got {alpha!r}")
+    return anchor
+
+
 def anchor_penalty(
-    alpha: float,
-    to_ref: Callable[[], torch.Tensor],
-    to_old: Callable[[], torch.Tensor],
+    anchor: Anchor | float,
+    kls: Mapping[str, Callable[[], torch.Tensor]],
     like: torch.Tensor,
 ) -> torch.Tensor:
-    """The KL anchor of eq. (17): ``alpha * KL(pi||pi_ref) + (1 - alpha) * KL(pi||pi_old)``.
+    """The KL anchor of eq. (17): ``sum weight * KL(pi || target)`` over the anchor's pairs.
 
-    The one place the two KL terms are mixed: ``alpha = 1`` is GRPO's reference
-    penalty (eq. 6), ``alpha = 0`` Mirror GRPO's (eq. 9). ``to_ref`` and
-    ``to_old`` compute the two KL terms (a per-token estimate, an exact tabular
-    KL, or its mean over prompts); a term whose weight is 0 is not computed.
-    The sum starts from zeros shaped and typed like ``like``.
+    ``Anchor.reference()`` is GRPO's penalty (eq. 6), ``Anchor.mirror()`` Mirror
+    GRPO's (eq. 9), ``Anchor(alpha)`` the two-KL mix
+    ``alpha KL(pi||pi_ref) + (1 - alpha) KL(pi||pi_old)``; a number is taken as that
+    ``alpha``. The pairs are read by :meth:`grpo_companion.theory.Anchor.mix`, the
+    one place they are mixed.
+
+    Parameters
+    ----------
+    anchor : Anchor or float
+        The anchor, or its reference share ``alpha`` in [0, 1].
+    kls : mapping
+        For each target of :data:`grpo_companion.theory.variants.ANCHOR_TARGETS` the
+        anchor uses (``"reference"``, ``"previous"``), a function of no argument that
+        computes the KL term to it (a per-token estimate, an exact tabular KL or its
+        mean over prompts); a target whose weight is 0 is not computed.
+    like : torch.Tensor
+        The sum starts from zeros shaped and typed like it.
+
+    Returns
+    -------
+    torch.Tensor
+        The weighted sum of the KL terms.
     """
-    _check_real("alpha", alpha, 0.0, 1.0)
-    penalty = torch.zeros_like(like)
-    if alpha > 0:
-        penalty = penalty + alpha * to_ref()
-    if alpha < 1:
-        penalty = penalty + (1 - alpha) * to_old()
-    return penalty
+    mix = anchor if isinstance(anchor, Anchor) else _anchor_of(anchor, None)
+    return mix.mix(kls, lazy=True, start=torch.zeros_like(like))
 
 
 def per_token_loss(
@@ -240,6 +265,7 @@ def per_token_loss(
     beta: float | torch.Tensor = 0.0,
     kl: str = "k3",
     alpha: float = 1.0,
+    anchor: Anchor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token GRPO loss (the negated objective of (GRPO-Clip), Section 2).
 
@@ -274,6 +300,9 @@ def per_token_loss(
         ``"k1" | "k2" | "k3" | "k3_ratio"``, see :func:`kl_penalty`.
     alpha
         Share of the reference in the KL anchor, in ``[0, 1]``.
+    anchor
+        The KL anchor as a :class:`~grpo_companion.theory.Anchor` (then ``alpha`` is
+        left at 1.0, or equals its share); ``None``: ``Anchor(alpha)``.
 
     Returns
     -------
@@ -292,7 +321,7 @@ def per_token_loss(
     else:
         _check_real("beta", beta, 0.0, math.inf)
         penalised, weight = beta > 0, beta
-    _check_real("alpha", alpha, 0.0, 1.0)
+    mix = _anchor_of(alpha, anchor)
     _check_choice("kl", kl, tuple(_ESTIMATORS))
     if logp.ndim != 2:
         raise ValueError(f"logp must have shape (batch, tokens), got {tuple(logp.shape)}")
@@ -302,7 +331,7 @@ def per_token_loss(
     if advantages.shape != logp.shape[:1]:
         raise ValueError(f"advantages must have shape {tuple(logp.shape[:1])}, got "
                          f"{tuple(advantages.shape)}")
-    needs_ref = penalised and alpha > 0
+    needs_ref = penalised and mix.weight("reference") > 0
     if needs_ref and (ref_logp is None or ref_logp.shape != logp.shape):
         shape = None if ref_logp is None else tuple(ref_logp.shape)
         raise ValueError(f"ref_logp must have shape {tuple(logp.shape)} when beta > 0 and "
@@ -317,8 +346,9 @@ def per_token_loss(
                              clip_eps_high=clip_eps_high)
     loss = -surrogate
     if penalised:
-        penalty = anchor_penalty(alpha, lambda: kl_penalty(logp, ref_logp, kl, old_logp),
-                                 lambda: kl_penalty(logp, old_logp, kl, old_logp), loss)
+        penalty = anchor_penalty(mix, {
+            "reference": lambda: kl_penalty(logp, ref_logp, kl, old_logp),
+            "previous": lambda: kl_penalty(logp, old_logp, kl, old_logp)}, loss)
         loss = loss + weight * penalty
     return loss, clipped
 
@@ -378,6 +408,7 @@ def grpo_loss(
     max_completion_length: int | None = None,
     alpha: float = 1.0,
     tabular: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    anchor: Anchor | None = None,
 ) -> torch.Tensor:
     """The GRPO loss of Algorithm 1, line 10, as a scalar to minimise.
 
@@ -392,12 +423,13 @@ def grpo_loss(
     (differentiable), pi_ref and pi_old, and the loss is the aggregated clipped
     surrogate plus ``beta * (alpha * KL(pi||pi_ref) + (1 - alpha) * KL(pi||pi_old))``
     (:func:`anchor_penalty`, :func:`tabular_kl`); ``ref_logp`` is then unused and
-    ``beta`` must be a number.
+    ``beta`` must be a number. ``anchor`` (a :class:`~grpo_companion.theory.Anchor`)
+    may replace ``alpha``, as in :func:`per_token_loss`.
     """
     if kl != "exact":
         per_token, _ = per_token_loss(
             logp, old_logp, ref_logp, advantages, clip_eps_low=clip_eps_low,
-            clip_eps_high=clip_eps_high, beta=beta, kl=kl, alpha=alpha,
+            clip_eps_high=clip_eps_high, beta=beta, kl=kl, alpha=alpha, anchor=anchor,
         )
         return aggregate(per_token, mask, loss_type=loss_type,
                          max_completion_length=max_completion_length)
@@ -405,7 +437,7 @@ def grpo_loss(
         raise ValueError("beta must be a number with kl='exact' (one weight for the exact KL), "
                          f"got a tensor of shape {tuple(beta.shape)}")
     _check_real("beta", beta, 0.0, math.inf)
-    _check_real("alpha", alpha, 0.0, 1.0)
+    mix = _anchor_of(alpha, anchor)
     if beta > 0 and (tabular is None or len(tabular) != 3):
         raise ValueError("tabular must be (logp_all, ref_logp_all, old_logp_all) with "
                          f"kl='exact' and beta > 0, got {tabular!r}")
@@ -420,8 +452,9 @@ def grpo_loss(
             raise ValueError("tabular must hold three (prompts, outputs) log-probability tables "
                              f"of one shape, got {tuple(current.shape)}, {tuple(ref_all.shape)} "
                              f"and {tuple(old_all.shape)}")
-        penalty = anchor_penalty(alpha, lambda: tabular_kl(current, ref_all).mean(),
-                                 lambda: tabular_kl(current, old_all).mean(), loss)
+        penalty = anchor_penalty(mix, {"reference": lambda: tabular_kl(current, ref_all).mean(),
+                                       "previous": lambda: tabular_kl(current, old_all).mean()},
+                                 loss)
         loss = loss + beta * penalty
     return loss
 
@@ -446,6 +479,7 @@ def exact_objective(
     ref_logp: torch.Tensor,
     prev_logp: torch.Tensor,
     alpha: float = 1.0,
+    anchor: Anchor | None = None,
 ) -> torch.Tensor:
     """Exact per-prompt objective of the GRPO iterations, eq. (6), (9) and (17).
 
@@ -463,6 +497,9 @@ def exact_objective(
         Boolean ``(n_prompts, n_outputs)``: which outputs the verifier accepts.
     w_plus, w_minus
         Calibration weights ``(n_prompts,)`` computed from the previous PoS.
+    alpha, anchor
+        The KL anchor: its reference share, or a :class:`~grpo_companion.theory.Anchor`
+        (then ``alpha`` is left at 1.0); the penalty is :func:`anchor_penalty`.
 
     Returns
     -------
@@ -473,6 +510,7 @@ def exact_objective(
     p_success = (probs * success).sum(dim=-1)
     p_failure = (probs * ~success).sum(dim=-1)
     value = w_plus * p_success - w_minus * p_failure
-    penalty = anchor_penalty(alpha, lambda: tabular_kl(logp, ref_logp),
-                             lambda: tabular_kl(logp, prev_logp), value)
+    penalty = anchor_penalty(_anchor_of(alpha, anchor),
+                             {"reference": lambda: tabular_kl(logp, ref_logp),
+                              "previous": lambda: tabular_kl(logp, prev_logp)}, value)
     return value - beta * penalty

@@ -424,16 +424,17 @@ def test_anchor_penalty_mixes_the_two_kl_terms_written_out(alpha):
     cur, ref, old = _anchor_terms()
     to_ref, to_old = _np_kl(cur.numpy(), ref.numpy()), _np_kl(cur.numpy(), old.numpy())
     got = losses.anchor_penalty(
-        alpha, (lambda: losses.tabular_kl(cur, ref)) if alpha > 0 else _unused,
-        (lambda: losses.tabular_kl(cur, old)) if alpha < 1 else _unused, torch.zeros(3, dtype=D))
+        alpha, {"reference": (lambda: losses.tabular_kl(cur, ref)) if alpha > 0 else _unused,
+                "previous": (lambda: losses.tabular_kl(cur, old)) if alpha < 1 else _unused},
+        torch.zeros(3, dtype=D))
     np.testing.assert_allclose(got.numpy(), alpha * to_ref + (1 - alpha) * to_old, rtol=1e-12)
     assert got.dtype == D and got.shape == (3,)
 
 
 def test_anchor_penalty_takes_shape_and_dtype_from_like():
     cur, ref, _ = _anchor_terms()
-    got = losses.anchor_penalty(1.0, lambda: losses.tabular_kl(cur, ref).mean(), _unused,
-                                torch.zeros(2, 4, dtype=D))
+    got = losses.anchor_penalty(1.0, {"reference": lambda: losses.tabular_kl(cur, ref).mean(),
+                                      "previous": _unused}, torch.zeros(2, 4, dtype=D))
     expected = _np_kl(cur.numpy(), ref.numpy()).mean()
     np.testing.assert_allclose(got.numpy(), np.full((2, 4), expected), rtol=1e-12)
 
@@ -442,8 +443,51 @@ def test_anchor_penalty_takes_shape_and_dtype_from_like():
 def test_anchor_penalty_rejects_alpha_outside_unit_interval(alpha):
     cur, ref, old = _anchor_terms()
     with pytest.raises(ValueError, match="alpha"):
-        losses.anchor_penalty(alpha, lambda: losses.tabular_kl(cur, ref),
-                              lambda: losses.tabular_kl(cur, old), torch.zeros(3, dtype=D))
+        losses.anchor_penalty(alpha, {"reference": lambda: losses.tabular_kl(cur, ref),
+                                      "previous": lambda: losses.tabular_kl(cur, old)},
+                              torch.zeros(3, dtype=D))
+
+
+@pytest.mark.parametrize("anchor", [theory.Anchor.reference(), theory.Anchor.mirror(),
+                                    theory.Anchor.two_kl(0.3),
+                                    theory.Anchor(((0.25, "previous"), (0.75, "reference")))],
+                         ids=lambda a: a.kind)
+def test_an_anchor_gives_the_loss_of_its_share(anchor):
+    """Every loss takes an Anchor in place of ``alpha`` and gives the same number, bit for bit."""
+    cur, ref, old = _anchor_terms()
+    kls = {"reference": lambda: losses.tabular_kl(cur, ref),
+           "previous": lambda: losses.tabular_kl(cur, old)}
+    like = torch.zeros(3, dtype=D)
+    assert torch.equal(losses.anchor_penalty(anchor, kls, like),
+                       losses.anchor_penalty(anchor.alpha, kls, like))
+    g = torch.Generator().manual_seed(3)
+    logp = torch.randn(4, 5, dtype=D, generator=g)
+    prev = torch.randn(4, 5, dtype=D, generator=g)
+    refl = torch.randn(4, 5, dtype=D, generator=g)
+    adv = torch.randn(4, dtype=D, generator=g)
+    mask = torch.ones(4, 5, dtype=D)
+    for kl in losses.KL_ESTIMATORS:
+        assert torch.equal(
+            losses.grpo_loss(logp, prev, refl, adv, mask, beta=0.2, kl=kl, anchor=anchor),
+            losses.grpo_loss(logp, prev, refl, adv, mask, beta=0.2, kl=kl, alpha=anchor.alpha))
+    succ = torch.rand(4, 5, generator=g) < 0.5
+    w = torch.rand(4, dtype=D, generator=g)
+    assert torch.equal(
+        losses.exact_objective(logp, succ, w, w, beta=0.3, ref_logp=refl, prev_logp=prev,
+                               anchor=anchor),
+        losses.exact_objective(logp, succ, w, w, beta=0.3, ref_logp=refl, prev_logp=prev,
+                               alpha=anchor.alpha))
+
+
+def test_anchor_and_a_different_alpha_are_refused():
+    cur, ref, old = _anchor_terms()
+    with pytest.raises(ValueError, match="alpha"):
+        losses.exact_objective(cur, cur > -1.0, torch.ones(3, dtype=D), torch.ones(3, dtype=D),
+                               beta=0.1, ref_logp=ref, prev_logp=old, alpha=0.3,
+                               anchor=theory.Anchor.mirror())
+    with pytest.raises(ValueError, match="anchor"):
+        losses.exact_objective(cur, cur > -1.0, torch.ones(3, dtype=D), torch.ones(3, dtype=D),
+                               beta=0.1, ref_logp=ref, prev_logp=old, anchor=0.3)
 
 
 def _ppo_rule(logp, old, adv, eps_low, eps_high):
