@@ -164,7 +164,8 @@ KINDS: dict[str, Kind] = {
     "betas": Kind((1.0,), {"None": None, "empty": (), "zero": (0.0,), "nan": (NAN,),
                            "str": "1", "negative": (-1.0,)}),
     # policies and masks (three outcomes, the first a success)
-    "policy": _vector(), "old_policy": _vector([0.3, 0.3, 0.4]),
+    "policy": _vector(), "prev_policy": _vector([0.3, 0.3, 0.4]),
+    "old_policy": _vector([0.3, 0.3, 0.4]),  # kl_estimators.expected_kl_gradient only
     "ref_policy": _vector([0.25, 0.25, 0.5]), "pi_ref": _vector([0.25, 0.25, 0.5]),
     "pi_prev": _vector(), "anchor": _vector([0.25, 0.25, 0.5]), "q": _vector([0.4, 0.3, 0.3]),
     "pi_0": _vector(None, optional=True),
@@ -465,7 +466,7 @@ _POINTS_BAD = {"nan": [0.5, NAN, 0.3, 0.2], "None": None, "str": "abc", "bool": 
 _CLIP_K = _elem(0.2, {"zero": 0.0, "negative": -0.1, "above": 1.5, "inf": INF})
 _TRAIN_MASK = KINDS["success_mask"].bad
 KINDS.update({
-    "pi": _vector(), "pi_old": _vector([0.3, 0.3, 0.4]),
+    "pi": _vector(),
     "clip_eps_high": Kind(None, {k: v for k, v in _numeric({"zero": 0.0, "negative": -0.1})
                                  .items() if k != "None"}, optional=True),
     "lr": _one(0.5, {"negative": -1.0, "inf": INF}),
@@ -501,8 +502,8 @@ _SCALAR_P_HALF = _one(0.5, PROB)
 OVERRIDES.update({
     # theory.analyses.clipped
     "clipped_surrogate": {"clip_eps": _CLIP_K, "advantage": _elem(0.5, {"inf": INF})},
-    "clipped_objective": {"clip_eps": _CLIP_K},
-    "clipped_round_policy": {"clip_eps": _CLIP_K},
+    "clipped_objective": {"clip_eps": _CLIP_K, "pi_prev": _vector([0.3, 0.3, 0.4])},
+    "clipped_round_policy": {"clip_eps": _CLIP_K, "pi_prev": _vector([0.3, 0.3, 0.4])},
     "clipped_pos_map": {"clip_eps": _CLIP_K},
     "clipped_pos_map_logit": {"clip_eps": _CLIP_K},
     # n_steps rounds of a closed-form map: no memory to size, so no "huge" count
@@ -571,6 +572,45 @@ OVERRIDES.update({
                                           "str": "ab"}),
         "adam_eps": _one(1e-8, {"negative": -1.0, "inf": INF})},
 })
+
+# --- issue 22, item 4: chapter 14's pass@k, crossover and settling rounds, and the statistics
+# over seeds of chapters 7 and 14 (theory.analyses.sample_weighting, clipped, seed_statistics)
+_SEEDS_BAD = {"nan": [[0.1, NAN], [0.2, 0.3]], "None": None, "str": "x", "bool": True,
+              "inf": [[0.1, INF], [0.2, 0.3]], "object": [[0.1, None], [0.2, 0.3]],
+              "one_seed": [[0.1, 0.2]], "scalar": 0.5}
+_SEEDS = Kind([[0.1, 0.2], [0.3, 0.5]], _SEEDS_BAD)
+_BEFORE = Kind([[0.0, 0.1], [0.2, 0.3]], {**{k: v for k, v in _SEEDS_BAD.items()
+                                             if k != "one_seed"}, "shape": [[0.1]]})
+_AXIS = Kind(0, {"float": 0.5, "str": "0", "bool": True, "None": None, "out_of_range": 2,
+                 "below_range": -3})
+_CURVES = [[0.1, 0.2, 0.3], [0.1, 0.25, 0.3]]
+_CURVES_BAD = {"nan": [[0.1, NAN, 0.3]] * 2, "None": None, "str": "x", "bool": True,
+               "inf": [[0.1, INF, 0.3]] * 2, "one_seed": [[0.1, 0.2, 0.3]],
+               "length": [[0.1, 0.2]] * 2, "scalar": 0.5}
+OVERRIDES.update({
+    "mean_and_standard_error": {"values": _SEEDS, "axis": _AXIS},
+    "paired_difference": {"after": _SEEDS, "before": _BEFORE, "axis": _AXIS},
+    "t_p_value": {"t": _elem(2.0, {}), "n_seeds": _count(3, 2)},
+    "mean_pass_at_k_of_logit": {
+        "logit_p": Kind([[0.1, -0.2, 0.3]], {"nan": [[0.1, NAN]], "None": None, "str": "x",
+                                             "bool": True, "object": [[0.1, None]],
+                                             "complex": [[0.1 + 1j]], "scalar": 0.3,
+                                             "no_prompts": np.zeros((2, 0))}),
+        "k": Kind([1.0, 4.0], {"nan": [1.0, NAN], "negative": [-1.0], "inf": [INF],
+                               "None": None, "str": "4", "bool": True})},
+    "pass_at_k_crossover": {
+        "before": Kind(_CURVES, {k: v for k, v in _CURVES_BAD.items() if k != "one_seed"}),
+        "after": Kind([[0.2, 0.2, 0.3], [0.3, 0.2, 0.35]], dict(_CURVES_BAD)),
+        "k": Kind([1.0, 2.0, 4.0], {"nan": [1.0, NAN, 4.0], "negative": [-1.0, 2.0, 4.0],
+                                    "decreasing": [4.0, 2.0, 1.0], "short": [1.0],
+                                    "None": None, "str": "124", "scalar": 2.0}),
+        "n_se": _one(3.0, {"negative": -1.0, "inf": INF})},
+    "rounds_to_settle": {
+        "path": Kind([0.3, 0.2, 0.25, 0.25], {"nan": [0.3, NAN], "None": None, "str": "x",
+                                              "bool": True, "empty": [], "two_d": [[0.1, 0.2]],
+                                              "inf_end": [0.1, INF], "object": [0.1, None]})},
+})
+NOT_CALLABLE_WITH_INPUT |= {"PairedDifference", "PassAtKCrossover"}
 
 # Result fields that do not depend on the batch of inputs (not empty for an empty batch).
 BATCH_FREE_FIELDS = {"staged_iterate": {"stage"}, "moving_reference_iterate": {"stage"}}

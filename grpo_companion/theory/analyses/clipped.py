@@ -3,24 +3,24 @@
 One round of clipped GRPO maximises, over policies ``pi`` on a finite set of
 outputs, the PPO-style clipped surrogate minus a reference KL::
 
-    J(pi) = sum_o pi_old(o) min(r(o) A(o), clip(r(o), 1 - k, 1 + k_high) A(o))
-            - beta KL(pi || pi_ref),          r = pi / pi_old,
+    J(pi) = sum_o pi_prev(o) min(r(o) A(o), clip(r(o), 1 - k, 1 + k_high) A(o))
+            - beta KL(pi || pi_ref),          r = pi / pi_prev,
 
 with ``A = +w+`` on a success and ``-w-`` on a failure (the calibration
 weights at the sampler's PoS, :mod:`grpo_companion.theory.calibration`). For a
-success the surrogate term is ``w+ min(pi(o), (1 + k_high) pi_old(o))``, for a
-failure ``-w- max(pi(o), (1 - k) pi_old(o))``; both are concave, and the KL is
+success the surrogate term is ``w+ min(pi(o), (1 + k_high) pi_prev(o))``, for a
+failure ``-w- max(pi(o), (1 - k) pi_prev(o))``; both are concave, and the KL is
 strictly convex, so the round has exactly one optimum.
 
 **KKT form** (:func:`clipped_round_policy`). With a multiplier ``lam`` for
 ``sum pi = 1`` and ``t = lam / beta``, stationarity asks
 ``beta log(pi(o) / pi_ref(o)) + lam`` to lie in the superdifferential of the
 output's surrogate term: ``[0, w+]`` at a success's kink ``(1 + k_high)
-pi_old(o)``, ``{w+}`` below it and ``{0}`` above; ``[-w-, 0]`` at a failure's
-kink ``(1 - k) pi_old(o)``, ``{0}`` below and ``{-w-}`` above. Hence::
+pi_prev(o)``, ``{w+}`` below it and ``{0}`` above; ``[-w-, 0]`` at a failure's
+kink ``(1 - k) pi_prev(o)``, ``{0}`` below and ``{-w-}`` above. Hence::
 
-    success: pi(o) = min(pi_ref e^{w+/beta - t}, max(pi_ref e^{-t}, (1 + k_high) pi_old(o)))
-    failure: pi(o) = max(pi_ref e^{-w-/beta - t}, min(pi_ref e^{-t}, (1 - k) pi_old(o)))
+    success: pi(o) = min(pi_ref e^{w+/beta - t}, max(pi_ref e^{-t}, (1 + k_high) pi_prev(o)))
+    failure: pi(o) = max(pi_ref e^{-w-/beta - t}, min(pi_ref e^{-t}, (1 - k) pi_prev(o)))
 
 i.e. in both cases the kink value clamped between the two free values,
 ``log pi(o) = clip(log c(o), lo(o) - t, hi(o) - t)``. Each is a non-increasing
@@ -30,9 +30,9 @@ on it ``sum pi = e^{-t} F + P`` (``F`` from the free outputs, ``P`` the pinned
 mass) gives ``t = log F - log(1 - P)`` in closed form (no iterative tolerance).
 
 **Class-proportional PoS map** (:func:`clipped_pos_map_logit`). When
-``pi_old / pi_ref`` is constant on the successes and on the failures (true along
+``pi_prev / pi_ref`` is constant on the successes and on the failures (true along
 the iteration from ``pi_ref``), the optimum keeps that property and depends on
-``p = pi_old(successes)`` only. With success mass ``x`` the objective is, up to
+``p = pi_prev(successes)`` only. With success mass ``x`` the objective is, up to
 a constant, ``w+ min(x, x1) - w- max(1 - x, 1 - x2) - beta KL(x || p_ref)`` with
 ``x1 = (1 + k_high) p`` and ``x2 = 1 - (1 - k)(1 - p)``. Its slope from the
 surrogate is a decreasing step function, ``Omega = w+ + w-`` below
@@ -96,6 +96,7 @@ __all__ = [
     "clipped_round_policy",
     "clipped_surrogate",
     "expected_clipped_training",
+    "rounds_to_settle",
 ]
 
 
@@ -129,13 +130,13 @@ def clipped_surrogate(
 ) -> np.ndarray:
     """Per-sample clipped surrogate ``min(r A, clip(r, 1 - k, 1 + k_high) A)`` (PPO, GRPO).
 
-    The quantity whose ``pi_old``-expectation a clipped GRPO round maximises; TRL's
+    The quantity whose ``pi_prev``-expectation a clipped GRPO round maximises; TRL's
     per-token loss is its negative (``epsilon = k``, ``epsilon_high = k_high``).
 
     Parameters
     ----------
     ratio : array_like
-        ``r = pi / pi_old``, ``>= 0`` and finite.
+        ``r = pi / pi_prev``, ``>= 0`` and finite.
     advantage : array_like
         ``A``, finite.
     clip_eps, clip_eps_high : array_like
@@ -152,7 +153,7 @@ def clipped_surrogate(
 def clipped_objective(
     pi: ArrayLike,
     pi_ref: ArrayLike,
-    pi_old: ArrayLike,
+    pi_prev: ArrayLike,
     success_mask: ArrayLike,
     beta: ArrayLike,
     clip_eps: ArrayLike,
@@ -163,23 +164,23 @@ def clipped_objective(
 ) -> np.ndarray:
     """The round's objective ``J(pi)`` (module docstring) over the last axis of outputs.
 
-    ``sum_S w+ min(pi, (1 + k_high) pi_old) - sum_F w- max(pi, (1 - k) pi_old)
-    - beta KL(pi || pi_ref)``: for ``pi_old(o) > 0`` each surrogate term equals
-    ``pi_old(o) min(r A, clip(r) A)`` (:func:`clipped_surrogate`); ``pi_old(o) = 0``
+    ``sum_S w+ min(pi, (1 + k_high) pi_prev) - sum_F w- max(pi, (1 - k) pi_prev)
+    - beta KL(pi || pi_ref)``: for ``pi_prev(o) > 0`` each surrogate term equals
+    ``pi_prev(o) min(r A, clip(r) A)`` (:func:`clipped_surrogate`); ``pi_prev(o) = 0``
     gives its limit. ``pi`` must vanish where ``pi_ref`` does (else ``-inf``).
     """
     p = check_probability_vector("pi", pi)
     ref = check_probability_vector("pi_ref", pi_ref)
-    old = check_probability_vector("pi_old", pi_old)
+    old = check_probability_vector("pi_prev", pi_prev)
     mask = check_success_mask(success_mask)
     b = check_beta(beta)[..., None]
     lo, hi = _check_clip(clip_eps, clip_eps_high)
     wp = _check_weight("w_plus", w_plus)[..., None]
     wm = _check_weight("w_minus", w_minus)[..., None]
     p, ref, old, mask, b, lo, hi, wp, wm = broadcast(
-        pi=p, pi_ref=ref, pi_old=old, success_mask=mask, beta=b, clip_eps=lo[..., None],
+        pi=p, pi_ref=ref, pi_prev=old, success_mask=mask, beta=b, clip_eps=lo[..., None],
         clip_eps_high=hi[..., None], w_plus=wp, w_minus=wm)
-    with np.errstate(invalid="ignore"):  # inf * 0 where k_high = inf and pi_old = 0
+    with np.errstate(invalid="ignore"):  # inf * 0 where k_high = inf and pi_prev = 0
         cap = np.where(old > 0, (1.0 + hi) * old, 0.0)
     gain = np.where(mask, wp * np.minimum(p, cap), -wm * np.maximum(p, (1.0 - lo) * old))
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -242,7 +243,7 @@ def _log_round(lo: np.ndarray, hi: np.ndarray, pin: np.ndarray) -> np.ndarray:
 
 def clipped_round_policy(
     pi_ref: ArrayLike,
-    pi_old: ArrayLike,
+    pi_prev: ArrayLike,
     success_mask: ArrayLike,
     beta: ArrayLike,
     clip_eps: ArrayLike,
@@ -254,15 +255,15 @@ def clipped_round_policy(
     """Exact maximiser of one clipped GRPO round, :func:`clipped_objective` (KKT form).
 
     ``pi(o) = clip(c(o), pi_ref(o) e^{s_lo/beta - t}, pi_ref(o) e^{s_hi/beta - t})``
-    with ``c = (1 + k_high) pi_old``, ``(s_lo, s_hi) = (0, w+)`` on a success and
-    ``c = (1 - k) pi_old``, ``(s_lo, s_hi) = (-w-, 0)`` on a failure, and ``t``
+    with ``c = (1 + k_high) pi_prev``, ``(s_lo, s_hi) = (0, w+)`` on a success and
+    ``c = (1 - k) pi_prev``, ``(s_lo, s_hi) = (-w-, 0)`` on a failure, and ``t``
     (the normaliser) solved exactly (module docstring). Computed in log space.
 
     Parameters
     ----------
-    pi_ref, pi_old : array_like
+    pi_ref, pi_prev : array_like
         Probability vectors over the last axis (leading axes broadcast). Outputs
-        with ``pi_ref = 0`` get 0; ``pi_old = 0`` is the limit ``pi_old -> 0``.
+        with ``pi_ref = 0`` get 0; ``pi_prev = 0`` is the limit ``pi_prev -> 0``.
     success_mask : array_like
         1/True on the outputs the verifier accepts.
     beta : array_like
@@ -271,7 +272,7 @@ def clipped_round_policy(
         ``k`` in (0, 1]: ratios below ``1 - k`` are clipped (``k = 1``: never).
     w_plus, w_minus : array_like
         Advantage ``+w_plus`` of a success and ``-w_minus`` of a failure, ``>= 0``
-        (:func:`~grpo_companion.theory.weights` at ``pi_old``'s PoS for GRPO).
+        (:func:`~grpo_companion.theory.weights` at ``pi_prev``'s PoS for GRPO).
     clip_eps_high : array_like, optional
         ``k_high`` in (0, inf] for the upper clip ``1 + k_high`` (``inf``: none);
         default ``clip_eps``.
@@ -282,14 +283,14 @@ def clipped_round_policy(
     ulps of ``max |log pi_ref| + w / beta`` in ``log pi``.
     """
     ref = check_probability_vector("pi_ref", pi_ref)
-    old = check_probability_vector("pi_old", pi_old)
+    old = check_probability_vector("pi_prev", pi_prev)
     mask = check_success_mask(success_mask)
     b = check_beta(beta)[..., None]
     k_lo, k_hi = _check_clip(clip_eps, clip_eps_high)
     wp = _check_weight("w_plus", w_plus)[..., None]
     wm = _check_weight("w_minus", w_minus)[..., None]
     ref, old, mask, b, k_lo, k_hi, wp, wm = broadcast(
-        pi_ref=ref, pi_old=old, success_mask=mask, beta=b, clip_eps=k_lo[..., None],
+        pi_ref=ref, pi_prev=old, success_mask=mask, beta=b, clip_eps=k_lo[..., None],
         clip_eps_high=k_hi[..., None], w_plus=wp, w_minus=wm)
     with np.errstate(divide="ignore", over="ignore"):
         log_ref, log_old = np.log(ref), np.log(old)
@@ -364,7 +365,7 @@ def clipped_pos_map_logit(
     """One round of clipped GRPO on the PoS logit (class-proportional policies).
 
     ``L_new = min(L_u, max(m1, min(l_1, max(m2, L_ref))))`` (module docstring):
-    the success mass of :func:`clipped_round_policy` when ``pi_old / pi_ref`` is
+    the success mass of :func:`clipped_round_policy` when ``pi_prev / pi_ref`` is
     constant within the successes and within the failures, with ``w+, w-`` the
     calibration weights at ``p = sigmoid(logit_p)`` (default: the paper's,
     ``eps = 1e-5``). ``clip_eps = 1, clip_eps_high = inf`` is the unclipped map
@@ -420,6 +421,28 @@ def clipped_iterate_logit(
     for _ in range(n_steps):
         path.append(_clipped_map_logit(path[-1], lr, b, k_lo, k_hi, cal))
     return np.stack(path) if keep_path else path[-1][()]
+
+
+def rounds_to_settle(path: ArrayLike, tol: float = 1e-3) -> int:
+    """Rounds an iteration takes to settle: the first round after which it stays within
+    ``tol`` of where it ends.
+
+    ``path`` is one iteration, start first (``path[0]`` is round 0), as
+    :func:`clipped_iterate_logit` returns it for one start, in logits or success
+    probabilities; ``tol > 0`` is measured in the same units. The result ``n`` is the
+    smallest round such that ``abs(path[m] - path[-1]) <= tol`` for every ``m >= n``: 0 for
+    a path that starts within ``tol`` of its end, ``len(path) - 1`` at most. It compares
+    how fast the clipped and the unclipped maps (the paper's Theorem 2) approach their
+    fixed points.
+    """
+    x = check_real("path", path, finite=False)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"path must be a 1-D array of at least one round, got shape {x.shape}")
+    if np.isnan(x).any() or not np.isfinite(x[-1]):
+        raise ValueError("path must end at a finite value")
+    tol = float(check_real("tol", tol, 0.0, open_low=True, scalar=True))
+    away = np.nonzero(np.abs(x - x[-1]) > tol)[0]
+    return int(away[-1]) + 1 if away.size else 0
 
 
 # ---------------------------------------------------------------- fixed points
@@ -527,7 +550,7 @@ def expected_clipped_training(
     (``grpo_companion.rl.train`` with ``n_outputs=2, n_success=1, kl="exact",
     optimizer="adam"``): a tabular softmax policy over one success and one failure
     output, two free logits per prompt, starting at ``pi_ref``. Iteration ``n``
-    freezes ``pi_old`` (success mass ``p``) and the weights ``w+_G(p), w-_G(p)`` of
+    freezes ``pi_prev`` (success mass ``p``) and the weights ``w+_G(p), w-_G(p)`` of
     ``calibration`` (``group_size=G`` gives the exact expected advantages of groups
     of ``G``; none gives the population weights of eq. (4)), then takes ``mu``
     steps of Adam (PyTorch's update, with bias correction; its moments and step

@@ -86,7 +86,7 @@ error over seeds; tests/theory/test_sample_weighting.py):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -111,19 +111,23 @@ from ..group_sampling import group_advantages
 from ..normalizations import NORMALIZATIONS, Ops, register_normalization
 from ..policies import optimal_policy, policy_iterate
 from ..roots import scan_roots
+from .seed_statistics import paired_difference
 from .surrogate import check_clip_eps
 
 __all__ = [
     "SAMPLE_VARIANTS",
     "VARIANT_SCALES",
+    "PassAtKCrossover",
     "SampledTrainingPath",
     "TrainingPath",
     "calibrated_advantage",
     "expected_gradient_training",
     "log_fail_at_k",
     "log_ratio_drift",
+    "mean_pass_at_k_of_logit",
     "negative_only_gains",
     "pass_at_k",
+    "pass_at_k_crossover",
     "pass_at_k_of_logit",
     "positive_only_gains",
     "register_sample_variants",
@@ -462,6 +466,68 @@ def log_fail_at_k(logit_p: ArrayLike, k: ArrayLike) -> np.ndarray:
 def pass_at_k_of_logit(logit_p: ArrayLike, k: ArrayLike) -> np.ndarray:
     """:func:`pass_at_k` from ``L = logit p``: ``-expm1(k log_expit(-L))``, exact near 0 and 1."""
     return (-np.expm1(log_fail_at_k(logit_p, k)))[()]
+
+
+def mean_pass_at_k_of_logit(logit_p: ArrayLike, k: ArrayLike) -> np.ndarray:
+    """Mean over prompts of the exact pass@k, ``mean_q 1 - (1 - p_q)^k``, at every ``k``.
+
+    ``logit_p`` holds ``L = logit p`` with the prompts on its last axis (leading axes, such
+    as seeds, are kept); ``k`` (each ``>= 0``) may have any shape. The result has shape
+    ``(*logit_p.shape[:-1], *k.shape)``: the pass@k of a set of prompts, each prompt's
+    :func:`pass_at_k_of_logit` averaged with equal weight (the curve of Yue et al.,
+    arXiv 2504.13837, computed exactly instead of estimated from samples).
+    """
+    lp = check_logit("logit_p", logit_p)
+    kk = check_real("k", k, 0.0)
+    if lp.ndim == 0 or lp.shape[-1] == 0:
+        raise ValueError(f"logit_p must have the prompts on a last axis of length >= 1, "
+                         f"got shape {lp.shape}")
+    return pass_at_k_of_logit(lp.reshape(lp.shape + (1,) * kk.ndim), kk).mean(
+        axis=lp.ndim - 1)[()]
+
+
+class PassAtKCrossover(NamedTuple):
+    """Yue et al.'s crossover judged over seeds (:func:`pass_at_k_crossover`).
+
+    ``first_k``: the first ``k`` after ``k[0]`` at which training loses beyond the
+    criterion, when it also wins at ``k[0]``, else ``None`` (no crossover); ``win``:
+    training gains at ``k[0]`` by more than ``n_se`` standard errors; ``loss``: it loses by
+    more than ``n_se`` standard errors at some later ``k``.
+    """
+
+    first_k: int | None
+    win: bool
+    loss: bool
+
+
+def pass_at_k_crossover(before: ArrayLike, after: ArrayLike, k: ArrayLike,
+                        n_se: float = 3.0) -> PassAtKCrossover:
+    """Do the pass@k curves before and after training cross (Yue et al., arXiv 2504.13837)?
+
+    ``before`` and ``after`` have shape ``(n_seeds, len(k))`` (``n_seeds >= 2``): a pass@k
+    curve per seed, paired by seed (the same reference model); ``k`` is increasing. The
+    difference ``after - before`` is averaged over seeds and each mean judged against its
+    standard error over seeds (:func:`.seed_statistics.paired_difference`):
+    a win at ``k[0]`` is a mean above ``n_se`` standard errors, a loss at a later ``k`` a
+    mean below ``-n_se`` standard errors with a non-zero spread. The curves cross when
+    both happen. Returns a :class:`PassAtKCrossover`.
+    """
+    kk = check_real("k", k, 0.0)
+    if kk.ndim != 1 or kk.size < 2 or np.any(np.diff(kk) <= 0):
+        raise ValueError(f"k must be an increasing 1-D array of at least 2 values >= 0, "
+                         f"got shape {kk.shape}")
+    a = check_real("after", after)
+    if a.ndim != 2 or a.shape[1] != kk.size:
+        raise ValueError(f"after must have shape (n_seeds, {kk.size}) for {kk.size} values "
+                         f"of k, got {a.shape}")
+    n = float(check_real("n_se", n_se, 0.0, scalar=True))
+    diff = paired_difference(a, before)
+    m, se = diff.mean, diff.standard_error
+    win = bool(m[0] > n * se[0])
+    lose = (m < -n * se) & (se > 0)
+    lose_any = bool(lose[1:].any())
+    first = int(kk[1:][lose[1:]][0]) if win and lose_any else None
+    return PassAtKCrossover(first_k=first, win=win, loss=lose_any)
 
 
 # ------------------------------------------------------ softmax training
