@@ -10,13 +10,15 @@ success probability of the solution gives the PoS map in logit form
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
 import sympy as sp
 
 from grpo_companion.theory.calibration import Calibration
-from grpo_companion.theory.variants import ANCHOR_KINDS, Anchor
+from grpo_companion.theory.variants import ANCHOR_KINDS, Anchor, mix_targets, share_pairs
 
 from .calibration import as_calibration, calibration_weights
 from .contrastive import w_minus_sym, w_plus_sym
@@ -187,26 +189,43 @@ def pos_map(
     return _pos_map(as_calibration(normalization, eps_placement), anchor_kind(anchor))
 
 
+def anchor_pairs(anchor: Anchor | str) -> tuple[tuple[sp.Expr, str], ...]:
+    """The (weight, target) pairs of an anchor, with SymPy weights.
+
+    The named anchors' :attr:`~grpo_companion.theory.Anchor.pairs` with exact
+    weights (``1``); a two-KL anchor's pairs are those of the symbol ``alpha``
+    (:func:`~grpo_companion.theory.variants.share_pairs`), whatever its share.
+    """
+    kind = anchor_kind(anchor)
+    if kind == "two_kl":
+        return tuple(share_pairs(alpha))
+    named = Anchor.reference() if kind == "reference" else Anchor.mirror()
+    return tuple((sp.nsimplify(w), t) for w, t in named.pairs)
+
+
+def geometric_mix(pairs: tuple[tuple[sp.Expr, str], ...], terms: Mapping[str, sp.Expr]) -> sp.Expr:
+    """``prod terms[target] ** weight`` over the pairs: Lemma 2's unnormalised geometric anchor.
+
+    The same mix as :func:`~grpo_companion.theory.variants.mix_targets` of the
+    targets' logarithms, taken out of the logarithm.
+    """
+    return mix_targets(pairs, terms, times=lambda w, x: x**w, combine=operator.mul)
+
+
 @cache
 def _pos_map(calibration: Calibration, anchor: str) -> PoSMap:
     """``pos_map`` on a checked calibration and anchor kind (cached)."""
-    anchors = {
-        "reference": logit(p_ref),
-        "mirror": logit(p),
-        "two_kl": alpha * logit(p_ref) + (1 - alpha) * logit(p),
-    }
-    if anchor not in anchors:
-        raise ValueError(f"anchor={anchor!r} is not one of {tuple(anchors)}")
+    if anchor not in ANCHOR_KINDS:
+        raise ValueError(f"anchor={anchor!r} is not one of {ANCHOR_KINDS}")
+    pairs = anchor_pairs(anchor)
     w = calibration_weights(calibration)
     sol = optimal_policy(1, 1)
-    anchor_logit = anchors[anchor]
-    anchor_prob = {
-        "reference": p_ref,
-        "mirror": p,
-        "two_kl": p_ref**alpha
-        * p ** (1 - alpha)
-        / (p_ref**alpha * p ** (1 - alpha) + (1 - p_ref) ** alpha * (1 - p) ** (1 - alpha)),
-    }[anchor]
+    # the targets' success probabilities: pi_ref's and pi_{n-1}'s
+    target_pos = {"reference": p_ref, "previous": p}
+    anchor_logit = mix_targets(pairs, {t: logit(x) for t, x in target_pos.items()})
+    success = geometric_mix(pairs, target_pos)
+    anchor_prob = success / (success + geometric_mix(pairs, {t: 1 - x for t, x in
+                                                            target_pos.items()}))
     weights = {w_plus_sym: w.w_plus, w_minus_sym: w.w_minus}
     logit_rhs = anchor_logit + w.omega / beta
     return PoSMap(

@@ -16,12 +16,21 @@ from functools import cache
 
 import sympy as sp
 
+from grpo_companion.theory.variants import mix_targets
+
 from .calibration import calibration_weights
 from .contrastive import w_minus_sym, w_plus_sym
+from .policy import anchor_pairs, geometric_mix
 from .symbols import alpha, beta, logit, p, p_ref
 
 delta_renyi = sp.Symbol("Delta_R", real=True)
 p_star = sp.Symbol("p_star", real=True)
+#: The two-KL anchor's (weight, target) pairs, ``alpha`` a symbol: every mix below reads them.
+TWO_KL = anchor_pairs("two_kl")
+
+
+def _two(reference: sp.Expr, previous: sp.Expr) -> dict[str, sp.Expr]:
+    return {"reference": reference, "previous": previous}
 
 
 def renyi_divergence(
@@ -87,10 +96,10 @@ def geometric_mean_identity(n_outcomes: int = 3) -> GeometricMeanIdentity:
     policy = (*free, 1 - sum(free))
     ref = sp.symbols(f"r1:{n_outcomes + 1}", positive=True)
     other = sp.symbols(f"o1:{n_outcomes + 1}", positive=True)
-    unnormalised = [r**alpha * o ** (1 - alpha) for r, o in zip(ref, other, strict=True)]
+    unnormalised = [geometric_mix(TWO_KL, _two(r, o)) for r, o in zip(ref, other, strict=True)]
     z = sum(unnormalised)
     pibar = tuple(g / z for g in unnormalised)
-    lhs = alpha * _kl(policy, ref) + (1 - alpha) * _kl(policy, other)
+    lhs = mix_targets(TWO_KL, _two(_kl(policy, ref), _kl(policy, other)))
     constant = -sp.log(z)
     rhs = _kl(policy, pibar) + constant
     if not _is_zero(lhs - rhs):  # pragma: no cover
@@ -155,9 +164,9 @@ def geometric_mean_pos(n_success: int = 2, n_failure: int = 2) -> GeometricMeanP
     d_s = renyi_divergence(conditional(ref_s), conditional(prev_s))
     d_f = renyi_divergence(conditional(ref_f), conditional(prev_f))
     correction = (1 - alpha) * (d_f - d_s)
-    geo = [r**alpha * q ** (1 - alpha) for r, q in zip(ref, prev, strict=True)]
+    geo = [geometric_mix(TWO_KL, _two(r, q)) for r, q in zip(ref, prev, strict=True)]
     direct = sp.log(sum(geo[:n_success])) - sp.log(sum(geo[n_success:]))
-    claimed = alpha * logit(ref_p) + (1 - alpha) * logit(prev_p) + correction
+    claimed = mix_targets(TWO_KL, _two(logit(ref_p), logit(prev_p))) + correction
     if not _is_zero(direct - claimed):  # pragma: no cover
         raise AssertionError("Lemma 3 failed")
     return GeometricMeanPoS(ref, prev, d_s, d_f, correction, claimed)
@@ -215,7 +224,7 @@ def two_kl_step(n_success: int = 2, n_failure: int = 2) -> TwoKLStep:
     prev_n = tuple(q / sum(prev) for q in prev)
     lagrangian = (
         sum(x * a for x, a in zip(pi, adv, strict=True))
-        - beta * (alpha * _kl(pi, ref_n) + (1 - alpha) * _kl(pi, prev_n))
+        - beta * mix_targets(TWO_KL, _two(_kl(pi, ref_n), _kl(pi, prev_n)))
         - lam * (sum(pi) - 1)
     )
     stationary = [sp.solve(sp.diff(lagrangian, x), x)[0] for x in pi]
@@ -223,7 +232,7 @@ def two_kl_step(n_success: int = 2, n_failure: int = 2) -> TwoKLStep:
     # each stationary point is a common factor times r_i^alpha q_i^(1-alpha) exp(A_i/beta)
     z = sp.Symbol("Z", positive=True)
     display = [
-        r**alpha * q ** (1 - alpha) * sp.exp(a / beta)
+        geometric_mix(TWO_KL, _two(r, q)) * sp.exp(a / beta)
         for r, q, a in zip(ref, prev, adv, strict=True)
     ]
     factors = {
@@ -240,7 +249,7 @@ def two_kl_step(n_success: int = 2, n_failure: int = 2) -> TwoKLStep:
     omega = calibration_weights("mean_std", "sqrt").omega
     recurrence = sp.Eq(
         logit(sp.Symbol("p_n", real=True)),
-        alpha * logit(p_ref) + (1 - alpha) * logit(p) + delta_renyi + omega / beta,
+        mix_targets(TWO_KL, _two(logit(p_ref), logit(p))) + delta_renyi + omega / beta,
         evaluate=False,
     )
     return TwoKLStep(policy, step, recurrence)
@@ -301,7 +310,7 @@ def policy_fixed_point() -> sp.Eq:
     """
     x, r, z = sp.symbols("pi r Z", positive=True)
     a = sp.Symbol("A", real=True)
-    sol = sp.solve(sp.Eq(x, r**alpha * x ** (1 - alpha) * sp.exp(a / beta) / z), x)
+    sol = sp.solve(sp.Eq(x, geometric_mix(TWO_KL, _two(r, x)) * sp.exp(a / beta) / z), x)
     if len(sol) != 1:  # pragma: no cover
         raise AssertionError(f"unexpected fixed-point solutions {sol}")
     value = sp.powsimp(sp.expand_power_base(sol[0], force=True), force=True)
