@@ -14,7 +14,7 @@ from scipy import special
 
 from grpo_companion.validation import check_logit, check_probability
 
-__all__ = ["expit", "log_bernoulli_variance", "log_sigmoid", "logit", "sigmoid"]
+__all__ = ["log_bernoulli_variance", "log_sigmoid", "logit", "sigmoid"]
 
 
 def logit(p: ArrayLike) -> np.ndarray:
@@ -32,8 +32,6 @@ def sigmoid(logit_p: ArrayLike) -> np.ndarray:
     """Logistic function ``1 / (1 + exp(-L))``; ``+-inf`` map to 1 and 0."""
     return special.expit(check_logit("logit_p", logit_p))
 
-
-expit = sigmoid
 
 
 def log_sigmoid(logit_p: ArrayLike) -> np.ndarray:
