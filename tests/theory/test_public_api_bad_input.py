@@ -609,6 +609,9 @@ OVERRIDES.update({
         "path": Kind([0.3, 0.2, 0.25, 0.25], {"nan": [0.3, NAN], "None": None, "str": "x",
                                               "bool": True, "empty": [], "two_d": [[0.1, 0.2]],
                                               "inf_end": [0.1, INF], "object": [0.1, None]})},
+    # chapter 5's Remark 2 threshold (theory.analyses.beta_sweep)
+    "stable_from": {"stable": Kind([True], {"None": None, "int": [1], "str": "T",
+                                            "length": [True, False], "scalar": True})},
 })
 NOT_CALLABLE_WITH_INPUT |= {"PairedDifference", "PassAtKCrossover"}
 
@@ -621,9 +624,10 @@ CALIBRATION_METHODS = ("weights", "weights_of_logit", "log_weights_of_logit", "o
 # ---------------------------------------------------------------------- the API
 def public_callables() -> dict[str, Callable[..., Any]]:
     """Every exported callable of the theory package, keyed by a unique name."""
-    modules = [theory] + [importlib.import_module(f"grpo_companion.theory.{m.name}")
-                          for m in pkgutil.iter_modules(theory.__path__)
-                          if not m.name.startswith("_")]
+    # walk_packages: the core modules and those of the subpackage theory.analyses
+    modules = [theory] + [importlib.import_module(m.name)
+                          for m in pkgutil.walk_packages(theory.__path__, "grpo_companion.theory.")
+                          if not any(p.startswith("_") for p in m.name.split("."))]
     out: dict[str, Callable[..., Any]] = {}
     seen: set[int] = set()
     for module in modules:

@@ -8,9 +8,9 @@ import sys
 CHECK = """
 import importlib, pkgutil, sys
 import grpo_companion.theory as theory
-names = [m.name for m in pkgutil.iter_modules(theory.__path__)]
-for name in names:
-    importlib.import_module(f"grpo_companion.theory.{name}")
+names = [m.name for m in pkgutil.walk_packages(theory.__path__, "grpo_companion.theory.")]
+for name in names:  # the core modules and those of theory.analyses
+    importlib.import_module(name)
 bad = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
 print(len(names), len(bad))
 """
