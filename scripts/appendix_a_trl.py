@@ -42,7 +42,7 @@ Run (8 GPUs, as in the paper; needs ``pip install vllm`` and the weights)::
         scripts/appendix_a_trl.py --output-dir runs/appendix_a
 
 ``--no-vllm`` generates with ``transformers`` instead (one GPU works, slowly).
-``--dry-run`` builds and prints the configuration and the theory settings
+``--dry-run`` builds and prints the configuration and the theory's reading
 without loading a model or a dataset. The probe writes ``pos_probe.csv``,
 ``pos_probe.png`` and ``pos_probe.json`` under ``<output-dir>/probe``.
 """
@@ -213,9 +213,9 @@ def build_config(ns: argparse.Namespace, *, dry_run: bool = False):
 
 def summary(ns: argparse.Namespace, config) -> dict[str, Any]:
     """What the run will do, and what the theory is told about it."""
-    from grpo_companion.practice.trl_bridge import theory_settings
+    from grpo_companion.practice.trl_bridge import theory_reading
 
-    settings = theory_settings(config)
+    reading = theory_reading(config)
     processes = PAPER["training_processes"]
     prompts = processes * config.per_device_train_batch_size * config.gradient_accumulation_steps
     return {
@@ -230,7 +230,7 @@ def summary(ns: argparse.Namespace, config) -> dict[str, Any]:
         "prompts_per_step_on_7_training_gpus": prompts // config.num_generations,
         "probe": {"prompts": ns.probe_prompts, "samples": ns.probe_samples,
                   "every": ns.probe_every, "dir": str(Path(ns.output_dir) / "probe")},
-        "theory": settings.record(),
+        "theory": reading.record(),
     }
 
 

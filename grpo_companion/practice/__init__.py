@@ -3,7 +3,7 @@
 - :mod:`~grpo_companion.practice.trl_bridge`: a ``GRPOConfig`` in this project's
   vocabulary, for the loss (:func:`~grpo_companion.practice.trl_bridge.loss_settings`)
   and for the theory's prediction
-  (:func:`~grpo_companion.practice.trl_bridge.theory_settings`).
+  (:func:`~grpo_companion.practice.trl_bridge.theory_reading`).
 - :mod:`~grpo_companion.practice.trl_coverage`: every ``GRPOConfig`` field, classified
   as covered by the theory (with what it maps to), outside it (with why: then nothing
   is predicted) or irrelevant to it.
@@ -29,18 +29,18 @@ translations read the config's attributes only.
 """
 
 from grpo_companion.practice.trl_bridge import (
-    TheorySettings,
+    TheoryReading,
     advantage_calibration,
     loss_settings,
-    theory_settings,
+    theory_reading,
 )
 from grpo_companion.practice.trl_callback import CSV_COLUMNS, PoSProbeCallback
 
 __all__ = [
     "CSV_COLUMNS",
     "PoSProbeCallback",
-    "TheorySettings",
+    "TheoryReading",
     "advantage_calibration",
     "loss_settings",
-    "theory_settings",
+    "theory_reading",
 ]

@@ -23,7 +23,7 @@ evaluation). It answers, per prompt and for the batch:
   predicted per prompt, and the diagnosis says why.
 
 It reads the config through the one bridge to the theory,
-:func:`grpo_companion.practice.trl_bridge.theory_settings`, as
+:func:`grpo_companion.practice.trl_bridge.theory_reading`, as
 :class:`~grpo_companion.practice.trl_callback.PoSProbeCallback` does.
 :func:`group_size_needed` answers the converse question: the smallest ``G`` that lifts
 a prompt from ``p_ref`` above a target within ``n`` iterations.
@@ -46,10 +46,10 @@ from typing import Any
 import numpy as np
 
 from grpo_companion.practice.trl_bridge import (
-    TheorySettings,
+    TheoryReading,
     predict_limits,
     predict_path,
-    theory_settings,
+    theory_reading,
 )
 
 __all__ = [
@@ -249,8 +249,8 @@ class Diagnosis:
 
     Attributes
     ----------
-    settings : TheorySettings
-        The theory's reading of the config (``settings.reasons``: settings outside it).
+    reading : TheoryReading
+        The theory's reading of the config (``reading.reasons``: settings outside it).
     p_ref : ndarray
     group_size : int
     rounds : int
@@ -272,7 +272,7 @@ class Diagnosis:
         The reason, ``""`` for a prompt that can move.
     """
 
-    settings: TheorySettings
+    reading: TheoryReading
     p_ref: np.ndarray
     group_size: int
     rounds: int
@@ -288,12 +288,12 @@ class Diagnosis:
     @property
     def predicts(self) -> bool:
         """Whether the theory covers the config (else see ``uncovered``)."""
-        return self.settings.predicts
+        return self.reading.predicts
 
     @property
     def uncovered(self) -> tuple[str, ...]:
         """The settings outside the theory, one ``"name=value: why"`` each."""
-        return self.settings.reasons
+        return self.reading.reasons
 
     @property
     def zero_variance_share_ref(self) -> float:
@@ -319,7 +319,7 @@ class Diagnosis:
 
     def table(self, max_rows: int = 40) -> str:
         """The diagnosis as plain text: a summary, then one line per prompt."""
-        s = self.settings
+        s = self.reading
         lines = [f"theory: {s.note}",
                  f"G = {self.group_size}; rounds assumed per prompt: {self.rounds} "
                  f"({self.rounds_source})",
@@ -357,7 +357,7 @@ class Diagnosis:
         left.plot([0, 1], [0, 1], color="0.6", lw=1, label="no change")
         if self.predicts:
             grid = np.linspace(0.0, 1.0, 201)
-            curve, _ = predict_limits(grid, self.settings)
+            curve, _ = predict_limits(grid, self.reading)
             left.plot(grid, curve, color="C0", lw=1.5, label="where p_ref settles")
         moving = ~self.stuck
         left.scatter(self.p_ref[moving], np.nan_to_num(self.limit[moving], nan=-1), s=18,
@@ -372,7 +372,7 @@ class Diagnosis:
         left.legend(fontsize=10, loc="lower right")
         n = 40
         if self.predicts:
-            path = predict_path(self.p_ref, n, self.settings)
+            path = predict_path(self.p_ref, n, self.reading)
             share = zero_variance_prob(np.clip(path, 0.0, 1.0), self.group_size).mean(1)
             right.plot(np.arange(n + 1), share, "o-", ms=3, color="C1",
                        label="expected frac_reward_zero_std")
@@ -394,25 +394,25 @@ def _num(x: float, fmt: str) -> str:
     return "-" if not math.isfinite(x) else format(x, fmt)
 
 
-def _rounds(config: Any, settings: TheorySettings, rounds: int | None) -> tuple[int, str]:
+def _rounds(config: Any, reading: TheoryReading, rounds: int | None) -> tuple[int, str]:
     if rounds is not None:
         if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
             raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
         return int(rounds), "given"
     max_steps = int(getattr(config, "max_steps", -1))
     if max_steps > 0:
-        n = max(1, int(max_steps / settings.steps_per_iteration))
+        n = max(1, int(max_steps / reading.steps_per_iteration))
         return n, "max_steps / optimiser steps per generation round"
     return 100, "default: max_steps is not set"
 
 
-def _settle_iterations(p_ref: np.ndarray, limit: np.ndarray, settings: TheorySettings,
+def _settle_iterations(p_ref: np.ndarray, limit: np.ndarray, reading: TheoryReading,
                        max_iterations: int) -> np.ndarray:
     out = np.full(p_ref.size, np.nan)
     known = np.isfinite(limit)
-    if not settings.predicts or not known.any():
+    if not reading.predicts or not known.any():
         return out
-    path = predict_path(p_ref, max_iterations, settings)
+    path = predict_path(p_ref, max_iterations, reading)
     gap0 = np.abs(p_ref - limit)
     within = np.abs(path - limit[None, :]) <= (1.0 - SETTLE_FRACTION) * gap0[None, :]
     reached = within.any(0) & known
@@ -452,10 +452,10 @@ def diagnose(config: Any, p_ref: Any, *, rounds: int | None = None,
     if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) \
             or max_iterations < 1:
         raise ValueError(f"max_iterations must be an int >= 1, got {max_iterations!r}")
-    settings = theory_settings(config)
+    reading = theory_reading(config)
     group = int(config.num_generations)
-    n_rounds, source = _rounds(config, settings, rounds)
-    limit, regime = predict_limits(p_ref, settings)
+    n_rounds, source = _rounds(config, reading, rounds)
+    limit, regime = predict_limits(p_ref, reading)
     z_ref = zero_variance_prob(p_ref, group)
     z_limit = np.full(p_ref.size, np.nan)
     finite = np.isfinite(limit)
@@ -474,9 +474,9 @@ def diagnose(config: Any, p_ref: Any, *, rounds: int | None = None,
                        f"needs G with (p^G + (1-p)^G)^{n_rounds} < 1/2")
         else:
             why.append("")
-    return Diagnosis(settings=settings, p_ref=p_ref, group_size=group, rounds=n_rounds,
+    return Diagnosis(reading=reading, p_ref=p_ref, group_size=group, rounds=n_rounds,
                      rounds_source=source, limit=limit, regime=regime,
-                     iterations=_settle_iterations(p_ref, limit, settings, max_iterations),
+                     iterations=_settle_iterations(p_ref, limit, reading, max_iterations),
                      zero_variance_ref=z_ref, zero_variance_limit=z_limit,
                      stuck=never_mixed,  # p_ref = 0 or 1: every group is uniform
                      why_stuck=why)
@@ -502,11 +502,11 @@ def group_size_needed(p_ref: Any, target: float, n_iterations: int, config: Any 
     out = np.zeros(p_ref.size, dtype=np.int64)
     todo = np.ones(p_ref.size, dtype=bool)
     for g in range(2, int(max_group_size) + 1):
-        settings = theory_settings(SimpleNamespace(**{**vars(_namespace(base)),
+        reading = theory_reading(SimpleNamespace(**{**vars(_namespace(base)),
                                                       "num_generations": g}))
-        if not settings.predicts:
+        if not reading.predicts:
             return out
-        reached = predict_path(p_ref[todo], n_iterations, settings)[-1] >= target
+        reached = predict_path(p_ref[todo], n_iterations, reading)[-1] >= target
         idx = np.flatnonzero(todo)[reached]
         out[idx] = g
         todo[idx] = False

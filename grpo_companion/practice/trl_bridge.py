@@ -11,24 +11,25 @@ Two translations, both checked against TRL's own code by
   ``pi / pi_old``. Options our loss does not have (two-sided ``delta``, entropy
   masks or bonuses, off-policy masks, vLLM importance weights, sequence-level
   ratios, the other loss types) are refused rather than silently ignored.
-- :func:`theory_settings`: what :mod:`grpo_companion.theory` predicts for a run.
+- :func:`theory_reading`: what :mod:`grpo_companion.theory` makes of a configuration
+  (a :class:`TheoryReading`), and so what it predicts for a run.
   ``scale_rewards="group"`` is ``CALIBRATIONS["trl"]`` (Bessel-corrected group
   standard deviation plus TRL's fixed ``1e-4``) and ``"none"`` is
-  ``CALIBRATIONS["dr_grpo"]``, each with ``group_size = num_generations`` so
+  ``CALIBRATIONS["mean_only"]``, each with ``group_size = num_generations`` so
   that the finite-group weights are used; ``"batch"`` scales by a statistic of
   the whole batch, which couples the prompts, so there is no per-prompt
   prediction. Neither is there for any other setting that
   :mod:`grpo_companion.practice.trl_coverage` puts outside the theory (an
   entropy bonus, several rewards, another loss, sequence-level ratios, truncated
-  sampling, ...): ``TheorySettings.predicts`` is then False and
-  ``TheorySettings.reasons`` says why, one ``"name=value: why"`` per setting.
+  sampling, ...): ``TheoryReading.predicts`` is then False and
+  ``TheoryReading.reasons`` says why, one ``"name=value: why"`` per setting.
 
 A moving reference (``sync_ref_model=True``: TRL's ``SyncRefModelCallback`` sets the
 reference's parameters to ``a theta + (1 - a) theta_ref``, ``a = ref_model_mixup_alpha``,
 after every ``ref_model_sync_steps``-th optimiser step) is predicted by the
-moving-reference recurrence (:func:`grpo_companion.theory.staged.moving_reference_iterate`)
+moving-reference recurrence (:func:`grpo_companion.theory.analyses.staged.moving_reference_iterate`)
 when it syncs after a whole number of iterations and the KL follows ``KL(pi || pi_ref)``;
-``TheorySettings.ref_sync_every`` and ``ref_mixup_alpha`` carry it. The recurrence is exact
+``TheoryReading.ref_sync_every`` and ``ref_mixup_alpha`` carry it. The recurrence is exact
 for a tabular policy (the logits are the parameters, so the mix mixes log-probabilities);
 for a network it is the same idealisation as the rest of the bridge.
 
@@ -57,20 +58,20 @@ from grpo_companion.practice.trl_coverage import (
     ref_sync_iterations,
     steps_per_iteration,
 )
+from grpo_companion.theory.analyses.staged import mixed_reference_logit
 from grpo_companion.theory.calibration import Calibration
 from grpo_companion.theory.kl_estimators import ESTIMATOR_TARGETS, reverse_kl_pos
-from grpo_companion.theory.staged import mixed_reference_logit
 
 __all__ = [
     "LOSS_TYPES",
     "PredictedPath",
-    "TheorySettings",
+    "TheoryReading",
     "advantage_calibration",
     "iteration_of_step",
     "loss_settings",
     "predict_limits",
     "predict_path",
-    "theory_settings",
+    "theory_reading",
 ]
 
 #: TRL loss types with a counterpart in :func:`grpo_companion.rl.losses.aggregate`.
@@ -124,7 +125,7 @@ def advantage_calibration(scale_rewards: Any, group_size: int | None = None) -> 
     """The calibration of TRL's ``scale_rewards`` (``None`` for ``"batch"``).
 
     ``True``/``"group"``: ``CALIBRATIONS["trl"]``; ``False``/``"none"``:
-    ``CALIBRATIONS["dr_grpo"]``; with ``group_size`` set, the finite-group version
+    ``CALIBRATIONS["mean_only"]``; with ``group_size`` set, the finite-group version
     (:mod:`grpo_companion.theory.finite_group`).
     """
     mode = {True: "group", False: "none"}.get(scale_rewards, scale_rewards)
@@ -132,13 +133,18 @@ def advantage_calibration(scale_rewards: Any, group_size: int | None = None) -> 
         return None
     if mode not in ("group", "none"):
         raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
-    cal = theory.CALIBRATIONS["trl" if mode == "group" else "dr_grpo"]
+    cal = theory.CALIBRATIONS["trl" if mode == "group" else "mean_only"]
     return cal if group_size is None else dataclasses.replace(cal, group_size=group_size)
 
 
 @dataclass(frozen=True)
-class TheorySettings:
-    """What the theory is told about a run (see :func:`theory_settings`).
+class TheoryReading:
+    """What the theory makes of a ``GRPOConfig`` (see :func:`theory_reading`).
+
+    The one object for "this configuration, as the theory sees it": the prediction
+    functions of this module take it, and
+    :func:`~grpo_companion.practice.trl_facts.installed_reading` builds it from the installed
+    TRL's defaults.
 
     Attributes
     ----------
@@ -155,7 +161,7 @@ class TheorySettings:
         ``num_generations``.
     steps_per_iteration : float
         Optimiser steps per GRPO iteration (one generation round: sample with
-        ``pi_old``, then ``num_iterations`` passes), see :func:`iteration_of_step`.
+        ``pi_{n-1}``, then ``num_iterations`` passes), see :func:`iteration_of_step`.
     note : str
         One line on what is predicted, for the run's record; ``"no per-prompt
         prediction: "`` followed by the reasons when there is none.
@@ -170,6 +176,19 @@ class TheorySettings:
     ref_mixup_alpha : float
         The policy's share of the reference at each sync (``ref_model_mixup_alpha``; 1.0
         without a sync).
+    scale_rewards : str or None
+        ``"group"``, ``"batch"`` or ``"none"`` (booleans normalised as TRL does).
+    mu : int or None
+        ``num_iterations``.
+    clip_low, clip_high : float or None
+        ``epsilon`` and ``epsilon_high`` (which defaults to ``epsilon``).
+    loss_type : str or None
+    temperature, learning_rate : float or None
+        These five describe the configuration without changing the prediction; ``None``
+        where the configuration lacks the field.
+    trl_version : str or None
+        Of the installed TRL when built by
+        :func:`~grpo_companion.practice.trl_facts.installed_reading`; ``None`` otherwise.
     """
 
     beta: float
@@ -182,14 +201,23 @@ class TheorySettings:
     reasons: tuple[str, ...] = ()
     ref_sync_every: int | None = None
     ref_mixup_alpha: float = 1.0
+    scale_rewards: str | None = None
+    mu: int | None = None
+    clip_low: float | None = None
+    clip_high: float | None = None
+    loss_type: str | None = None
+    temperature: float | None = None
+    learning_rate: float | None = None
+    trl_version: str | None = None
 
     @property
     def predicts(self) -> bool:
-        """False when the settings have no per-prompt prediction (see ``reasons``)."""
+        """Whether there is a per-prompt recurrence (not with batch-level scaling, nor with
+        any other setting outside the theory: see ``reasons``)."""
         return self.calibration is not None and not self.reasons
 
     def record(self) -> dict[str, Any]:
-        """The settings as plain JSON-ready values."""
+        """The fields a run's record keeps, as plain JSON-ready values."""
         cal = None if self.calibration is None else dataclasses.asdict(self.calibration)
         out = {"beta": self.beta, "calibration": cal, "kl": self.kl,
                "kl_target": self.kl_target, "group_size": self.group_size,
@@ -205,13 +233,33 @@ class TheorySettings:
         return (self.predicts and self.beta != 0 and self.kl_target == "forward"
                 and self.ref_sync_every is not None)
 
+    @property
+    def kl_active(self) -> bool:
+        """``beta > 0``: the loss has a KL term."""
+        return self.beta > 0
 
-def theory_settings(args: Any) -> TheorySettings:
+    @property
+    def settles_at(self) -> str:
+        """Where the theory says a run settles: in a few words."""
+        if not self.predicts:
+            return "no per-prompt prediction"
+        if not self.kl_active:
+            return "PoS 1 (no anchor)"
+        if self.ref_sync_every is not None and self.kl_target == "forward":
+            return "PoS 1 (the reference follows the policy: no fixed point)"
+        return ("the paper's fixed point" if self.kl_target == "forward"
+                else "the reverse-KL fixed point")
+
+
+def theory_reading(args: Any) -> TheoryReading:
     """The theory's reading of a ``GRPOConfig`` (β, calibration, KL, G, iteration length).
 
-    Every setting outside the theory
+    ``args`` is a ``GRPOConfig`` or an object with its attribute names; it needs
+    ``num_generations``, ``beta`` and ``scale_rewards``
+    (:func:`~grpo_companion.practice.trl_facts.installed_reading` fills the rest from the
+    installed TRL). Every setting outside the theory
     (:func:`~grpo_companion.practice.trl_coverage.outside_reasons`, ``scale_rewards="batch"``
-    among them) leaves the settings without a prediction: ``calibration`` is ``None``,
+    among them) leaves the reading without a prediction: ``calibration`` is ``None``,
     ``predicts`` False and ``reasons`` lists them.
     """
     group = int(args.num_generations)
@@ -242,34 +290,47 @@ def theory_settings(args: Any) -> TheorySettings:
     if cal is not None and sync is not None:
         note += (f"; moving reference (sync_ref_model): its success logit mixed as "
                  f"a L_n + (1 - a) L_ref with a={mixup:g} every {sync} iteration(s) "
-                 f"(theory.staged.moving_reference_iterate)")
-    return TheorySettings(beta, cal, kl, ESTIMATOR_TARGETS[kl], group, steps, note,
-                          tuple(reasons), sync, mixup)
+                 f"(theory.analyses.staged.moving_reference_iterate)")
+    low, high = _get(args, "epsilon"), _get(args, "epsilon_high")
+    scale = {True: "group", False: "none"}.get(args.scale_rewards, args.scale_rewards)
+    return TheoryReading(
+        beta, cal, kl, ESTIMATOR_TARGETS[kl], group, steps, note, tuple(reasons), sync, mixup,
+        scale_rewards=str(scale), mu=_optional(args, "num_iterations", int),
+        clip_low=None if low is None else float(low),
+        clip_high=(None if low is None else float(low)) if high is None else float(high),
+        loss_type=_optional(args, "loss_type", str),
+        temperature=_optional(args, "temperature", float),
+        learning_rate=_optional(args, "learning_rate", float))
 
 
-def iteration_of_step(step: int, settings: TheorySettings) -> int:
+def _optional(args: Any, name: str, kind: Any) -> Any:
+    value = _get(args, name)
+    return None if value is None else kind(value)
+
+
+def iteration_of_step(step: int, reading: TheoryReading) -> int:
     """The GRPO iteration (Algorithm 1's outer loop) that optimiser step ``step`` has completed.
 
     One iteration is one generation round of TRL: ``steps_per_generation x
     num_iterations`` micro-batches, i.e. ``steps_per_iteration`` optimiser steps.
     """
-    return int(math.floor(step / settings.steps_per_iteration + 1e-9))
+    return int(math.floor(step / reading.steps_per_iteration + 1e-9))
 
 
-def _reverse_step(p: np.ndarray, p_ref: np.ndarray, settings: TheorySettings) -> np.ndarray:
-    assert settings.calibration is not None
-    w_plus, w_minus = settings.calibration.weights(p)
-    return reverse_kl_pos(p_ref, w_plus, w_minus, settings.beta)
+def _reverse_step(p: np.ndarray, p_ref: np.ndarray, reading: TheoryReading) -> np.ndarray:
+    assert reading.calibration is not None
+    w_plus, w_minus = reading.calibration.weights(p)
+    return reverse_kl_pos(p_ref, w_plus, w_minus, reading.beta)
 
 
-def predict_path(p_ref: Any, n_iterations: int, settings: TheorySettings) -> np.ndarray:
+def predict_path(p_ref: Any, n_iterations: int, reading: TheoryReading) -> np.ndarray:
     """Predicted PoS after ``0..n_iterations`` GRPO iterations, shape ``(n + 1, n_prompts)``.
 
     Each iteration is the exact maximiser of that iteration's objective, started
     at ``pi_ref`` (the paper's idealisation). ``beta = 0`` has no anchor: the
     maximiser of the expected advantage is all mass on the verified outputs, so
     ``p_n = 1`` for ``n >= 1`` wherever ``p_ref > 0`` (0 stays 0). No division
-    by ``beta`` happens in that case. NaN throughout when ``settings.predicts``
+    by ``beta`` happens in that case. NaN throughout when ``reading.predicts``
     is False.
 
     With plain k3 (``use_bias_correction_kl=False``) the path steps with the
@@ -277,53 +338,53 @@ def predict_path(p_ref: Any, n_iterations: int, settings: TheorySettings) -> np.
     things with TRL's plain-k3 loss: the fixed points, and the gradient at
     ``pi = pi_old`` (so the first optimiser step of each round). It is not the
     optimum of a round of that loss, which is
-    ``theory.trained_loss.round_step_logit`` and goes elsewhere (0.62 against
+    ``theory.analyses.trained_loss.round_step_logit`` and goes elsewhere (0.62 against
     0.69 from ``p_ref = 0.3`` at ``beta = 1``, ``G = 8``); no chapter measures
     that difference on TRL, so read only the limit as TRL's prediction there.
 
-    With a moving reference (``settings.ref_sync_every``) the path is the moving-reference
+    With a moving reference (``reading.ref_sync_every``) the path is the moving-reference
     recurrence: after every ``ref_sync_every``-th iteration the reference's success logit
-    becomes ``a L_n + (1 - a) L_ref`` (``a = settings.ref_mixup_alpha``).
+    becomes ``a L_n + (1 - a) L_ref`` (``a = reading.ref_mixup_alpha``).
     """
     p_ref = np.atleast_1d(np.asarray(p_ref, dtype=np.float64))
     n = int(n_iterations)
     if n < 0:
         raise ValueError(f"n_iterations must be >= 0, got {n_iterations!r}")
-    if not settings.predicts:
+    if not reading.predicts:
         return np.full((n + 1, p_ref.size), np.nan)
-    if settings.beta == 0:
+    if reading.beta == 0:
         path = np.repeat(np.where(p_ref > 0, 1.0, 0.0)[None, :], n + 1, axis=0)
         path[0] = p_ref
         return path
-    if settings.moving_reference:
-        return PredictedPath(p_ref, settings).path(n)
-    if settings.kl_target == "forward":
-        return np.atleast_2d(theory.iterate(p_ref, p_ref, settings.beta, n,
-                                            calibration=settings.calibration)).reshape(
+    if reading.moving_reference:
+        return PredictedPath(p_ref, reading).path(n)
+    if reading.kl_target == "forward":
+        return np.atleast_2d(theory.iterate(p_ref, p_ref, reading.beta, n,
+                                            calibration=reading.calibration)).reshape(
             n + 1, p_ref.size)
     path = np.empty((n + 1, p_ref.size))
     path[0] = p_ref
     for i in range(1, n + 1):
-        path[i] = _reverse_step(path[i - 1], p_ref, settings)
+        path[i] = _reverse_step(path[i - 1], p_ref, reading)
     return path
 
 
 class PredictedPath:
     """:func:`predict_path` one iteration at a time, kept between calls.
 
-    ``at(n)`` is ``predict_path(p_ref, n, settings)[-1]``, bit for bit, but it steps on
+    ``at(n)`` is ``predict_path(p_ref, n, reading)[-1]``, bit for bit, but it steps on
     from the last iteration asked for instead of starting again from ``p_ref``: asking
     for iterations ``n_1 <= n_2 <= ...`` costs ``max n`` steps of the recurrence in all,
     not ``sum n``. Asking for an earlier iteration starts again from ``p_ref``.
     ``steps`` counts the recurrence steps taken so far.
     """
 
-    def __init__(self, p_ref: Any, settings: TheorySettings) -> None:
+    def __init__(self, p_ref: Any, reading: TheoryReading) -> None:
         self.p_ref = np.atleast_1d(np.asarray(p_ref, dtype=np.float64)).copy()
-        self.settings = settings
+        self.reading = reading
         self.steps = 0
-        self._forward = (settings.predicts and settings.beta != 0
-                         and settings.kl_target == "forward")
+        self._forward = (reading.predicts and reading.beta != 0
+                         and reading.kl_target == "forward")
         if self._forward:  # theory.iterate's own state: the logit, so that no round trip rounds
             self._logit_ref = theory.logit(self.p_ref)
         self._restart()
@@ -336,16 +397,16 @@ class PredictedPath:
 
     def _moving_steps(self, todo: int) -> None:
         """``todo`` iterations of the moving-reference recurrence, syncs included."""
-        settings = self.settings
-        assert settings.ref_sync_every is not None
+        reading = self.reading
+        assert reading.ref_sync_every is not None
         for _ in range(todo):
             self._state = np.asarray(theory.pos_map_logit(
-                self._state, self._current_ref, settings.beta,
-                calibration=settings.calibration), dtype=float).reshape(self.p_ref.shape)
+                self._state, self._current_ref, reading.beta,
+                calibration=reading.calibration), dtype=float).reshape(self.p_ref.shape)
             self.iteration += 1
-            if self.iteration % settings.ref_sync_every == 0:
+            if self.iteration % reading.ref_sync_every == 0:
                 self._current_ref = mixed_reference_logit(self._state, self._current_ref,
-                                                          settings.ref_mixup_alpha)
+                                                          reading.ref_mixup_alpha)
 
     @staticmethod
     def _probabilities(logits: np.ndarray) -> np.ndarray:
@@ -361,35 +422,35 @@ class PredictedPath:
         n = int(n_iterations)
         if n < 0:
             raise ValueError(f"n_iterations must be >= 0, got {n_iterations!r}")
-        settings = self.settings
-        if not settings.predicts:
+        reading = self.reading
+        if not reading.predicts:
             return np.full(self.p_ref.size, np.nan)
-        if settings.beta == 0:
+        if reading.beta == 0:
             return self.p_ref.copy() if n == 0 else np.where(self.p_ref > 0, 1.0, 0.0)
         if n < self.iteration:
             self._restart()
         todo = n - self.iteration
-        if settings.moving_reference:
+        if reading.moving_reference:
             self._moving_steps(todo)
             self.steps += todo
             return self._probabilities(self._state)
         if self._forward:
             if todo:
                 self._state = theory.iterate_logit(
-                    self._state, self._logit_ref, settings.beta, todo, keep_path=False,
-                    calibration=settings.calibration).reshape(self.p_ref.shape)
+                    self._state, self._logit_ref, reading.beta, todo, keep_path=False,
+                    calibration=reading.calibration).reshape(self.p_ref.shape)
             self.steps += todo
             self.iteration = n
             with np.errstate(over="ignore"):  # as theory.iterate writes a path's probabilities
                 return np.reciprocal(np.exp(np.negative(self._state)) + 1.0)
         for _ in range(todo):
-            self._state = _reverse_step(self._state, self.p_ref, settings)
+            self._state = _reverse_step(self._state, self.p_ref, reading)
             self.steps += 1
         self.iteration = n
         return self._state.copy()
 
 
-def predict_limits(p_ref: Any, settings: TheorySettings,
+def predict_limits(p_ref: Any, reading: TheoryReading,
                    n_steps: int = 2000) -> tuple[np.ndarray, list[str]]:
     """Long-run PoS of the predicted iteration and its regime, per prompt.
 
@@ -397,26 +458,26 @@ def predict_limits(p_ref: Any, settings: TheorySettings,
     ``"cycle_2"`` and ``"irregular"`` (limit NaN: the iteration does not settle),
     ``"none"`` (no prediction).
 
-    With a moving reference (``settings.moving_reference``) the reference's logit rises
+    With a moving reference (``reading.moving_reference``) the reference's logit rises
     with the policy's at every sync (``Omega > 0``), so there is no interior fixed point:
     ``"saturates"`` where ``n_steps`` iterations bring p within 1e-6 of 1, ``"absorbed"``
     for ``p_ref = 0``, ``"none"`` (limit NaN) otherwise.
     """
     p_ref = np.atleast_1d(np.asarray(p_ref, dtype=np.float64))
-    if not settings.predicts:
+    if not reading.predicts:
         return np.full(p_ref.size, np.nan), ["none"] * p_ref.size
-    if settings.beta == 0:
+    if reading.beta == 0:
         limits = np.where(p_ref > 0, 1.0, 0.0)
         return limits, ["saturates" if x > 0 else "absorbed" for x in p_ref]
-    if settings.moving_reference:  # the reference follows the policy: no fixed point inside (0, 1)
-        last = PredictedPath(p_ref, settings).at(n_steps)
+    if reading.moving_reference:  # the reference follows the policy: no fixed point inside (0, 1)
+        last = PredictedPath(p_ref, reading).at(n_steps)
         regimes = ["absorbed" if r == 0 else "saturates" if x > 1 - 1e-6 else "none"
                    for r, x in zip(p_ref, last, strict=True)]
         limits = np.where([r == "none" for r in regimes], np.nan, last)
         return limits, regimes
-    if settings.kl_target == "forward":
-        result = theory.classify_dynamics(p_ref, p_ref, settings.beta,
-                                          calibration=settings.calibration,
+    if reading.kl_target == "forward":
+        result = theory.classify_dynamics(p_ref, p_ref, reading.beta,
+                                          calibration=reading.calibration,
                                           n_transient=n_steps // 2, n_measure=n_steps // 2)
         regimes = [theory.Regime(int(r)).name.lower() for r in np.atleast_1d(result.regime)]
         limits = np.atleast_2d(result.limits)[:, 0].copy()
@@ -425,11 +486,11 @@ def predict_limits(p_ref: Any, settings: TheorySettings,
     # iterate the reverse-KL map until every prompt has settled (or n_steps have passed)
     tol = 1e-12
     earlier, before = np.full(p_ref.size, np.nan), p_ref
-    last = _reverse_step(before, p_ref, settings)
+    last = _reverse_step(before, p_ref, reading)
     for _ in range(n_steps - 1):
         if np.all(np.abs(last - before) <= tol):
             break
-        earlier, before, last = before, last, _reverse_step(last, p_ref, settings)
+        earlier, before, last = before, last, _reverse_step(last, p_ref, reading)
     regimes = []
     for i, p in enumerate(last):
         if abs(p - before[i]) <= tol:

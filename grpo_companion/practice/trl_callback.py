@@ -10,7 +10,7 @@ probability of success (PoS).
 
 Next to each measurement it records what :mod:`grpo_companion.theory` predicts
 for the run's own settings, read from the trainer's ``args``
-(:func:`grpo_companion.practice.trl_bridge.theory_settings`):
+(:func:`grpo_companion.practice.trl_bridge.theory_reading`):
 
 - ``p_ref``: the PoS measured at the first measurement (step 0, the reference
   policy, which is what TRL's reference model is when ``beta > 0``); pass
@@ -62,7 +62,7 @@ at each measurement by the main process only (``state.is_world_process_zero``):
   predicted_zero_std, logged_zero_std``;
 - ``pos_probe.png``: measured (with +-1 standard error) and predicted PoS
   against the step, one panel per prompt (matplotlib, Agg canvas);
-- ``pos_probe.json``: the theory settings, the prompts and the predicted limits.
+- ``pos_probe.json``: the theory's reading, the prompts and the predicted limits.
 
 An existing file at any of these paths is never replaced unless
 ``overwrite=True``: the check runs when the callback is made and again before
@@ -103,10 +103,10 @@ from grpo_companion.files import write_atomically
 from grpo_companion.practice.diagnose import zero_variance_share
 from grpo_companion.practice.trl_bridge import (
     PredictedPath,
-    TheorySettings,
+    TheoryReading,
     iteration_of_step,
     predict_limits,
-    theory_settings,
+    theory_reading,
 )
 
 __all__ = ["CSV_COLUMNS", "FIGURE_COLUMNS", "FIGURE_MIN_POINTS", "PoSProbeCallback", "prompt_label"]
@@ -342,7 +342,7 @@ class PoSProbeCallback(TrainerCallback):
         self.csv_path, self.plot_path = out / csv_name, out / plot_name
         self.record_path = out / record_name
         self.rows: list[dict[str, Any]] = []
-        self.settings: TheorySettings | None = None
+        self.reading: TheoryReading | None = None
         self.limits: np.ndarray | None = None
         self.regimes: list[str] | None = None
         self._path: PredictedPath | None = None
@@ -354,17 +354,17 @@ class PoSProbeCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if not hasattr(args, "num_generations"):
             raise TypeError("PoSProbeCallback reads GRPO settings: attach it to a trl.GRPOTrainer")
-        settings = theory_settings(args)
+        reading = theory_reading(args)
         if self.steps_per_iteration is not None:
-            settings = dataclasses.replace(settings,
+            reading = dataclasses.replace(reading,
                                            steps_per_iteration=float(self.steps_per_iteration))
-        self.settings = settings
+        self.reading = reading
         self._path = None
         if state.is_world_process_zero:
             self._check_outputs()
-            if not settings.predicts:
+            if not reading.predicts:
                 logger.warning("PoSProbeCallback measures the PoS but makes %s",
-                               settings.note)
+                               reading.note)
         self._measure(args, state, kwargs)
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -464,17 +464,17 @@ class PoSProbeCallback(TrainerCallback):
         if model is None or tokenizer is None:
             raise ValueError("PoSProbeCallback needs the model and a tokenizer (pass tokenizer=)")
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wraps its tokenizer
-        assert self.settings is not None
+        assert self.reading is not None
         step = int(state.global_step)
         counts, n = self._count_successes(model, tokenizer, args, step)
         measured = counts / n
         if self.p_ref is None:
             self.p_ref = measured.copy()
         if self.limits is None:
-            self.limits, self.regimes = predict_limits(self.p_ref, self.settings)
-        iteration = iteration_of_step(step, self.settings)
+            self.limits, self.regimes = predict_limits(self.p_ref, self.reading)
+        iteration = iteration_of_step(step, self.reading)
         if self._path is None:
-            self._path = PredictedPath(self.p_ref, self.settings)
+            self._path = PredictedPath(self.p_ref, self.reading)
         predicted = self._path.at(iteration)
         assert self.regimes is not None
         zero_std = zero_variance_share(measured, int(args.num_generations))
@@ -509,9 +509,9 @@ class PoSProbeCallback(TrainerCallback):
                                  for k, v in row.items()})
 
         _atomic_write(self.csv_path, rows)
-        assert self.settings is not None and self.p_ref is not None and self.limits is not None
+        assert self.reading is not None and self.p_ref is not None and self.limits is not None
         record = {
-            "theory": self.settings.record(),
+            "theory": self.reading.record(),
             "prompts": [p if isinstance(p, str) else list(p) for p in self.prompts],
             "p_ref": self.p_ref.tolist(),
             "predicted_limit": [None if math.isnan(x) else x for x in self.limits.tolist()],
@@ -594,6 +594,6 @@ class PoSProbeCallback(TrainerCallback):
         if order:
             fig.legend([handles[k] for k in order], order, loc="outside lower center",
                        ncol=len(order), fontsize=size)
-        if self.settings is not None:
-            fig.suptitle(textwrap.fill(self.settings.note, 26 * cols + 10), fontsize=size)
+        if self.reading is not None:
+            fig.suptitle(textwrap.fill(self.reading.note, 26 * cols + 10), fontsize=size)
         return fig

@@ -21,8 +21,8 @@ declared default, and ``tests/practice/test_bridge_coverage.py`` fails until it 
 classified here.
 
 :func:`outside_reasons` lists, for a configuration, one ``"name=value: why"`` per
-setting outside the theory; :func:`grpo_companion.practice.trl_bridge.theory_settings`
-then predicts nothing and records them (``TheorySettings.reasons``).
+setting outside the theory; :func:`grpo_companion.practice.trl_bridge.theory_reading`
+then predicts nothing and records them (``TheoryReading.reasons``).
 
 What a configuration cannot say: the theory assumes one verifiable 0/1 reward per
 completion and single-turn completions. The number of reward functions and any tools
@@ -233,7 +233,7 @@ RULES: tuple[FieldRule, ...] = (
     FieldRule("num_generations", "advantage",
               "G: the expected weights of groups of G (the calibration's group_size)"),
     FieldRule("scale_rewards", "advantage",
-              "'group': CALIBRATIONS['trl'] (std + 1e-4); 'none': CALIBRATIONS['dr_grpo']",
+              "'group': CALIBRATIONS['trl'] (std + 1e-4); 'none': CALIBRATIONS['mean_only']",
               _scale_rewards),
     FieldRule("multi_objective_aggregation", "advantage",
               "'sum_then_normalize': one reward per completion, normalised as scale_rewards says",
@@ -315,8 +315,8 @@ RULES: tuple[FieldRule, ...] = (
     FieldRule("sync_ref_model", "reference",
               "False: the reference stays pi_ref; True (with beta > 0 and k3_ratio, syncing "
               "after whole iterations): the moving-reference recurrence "
-              "(theory.staged.moving_reference_iterate), the reference's success logit mixed "
-              "as a L_n + (1 - a) L_ref", _sync_ref_model),
+              "(theory.analyses.staged.moving_reference_iterate), the reference's success "
+              "logit mixed as a L_n + (1 - a) L_ref", _sync_ref_model),
     FieldRule("ref_model_mixup_alpha", "reference",
               "read only with sync_ref_model=True: the policy's share a of the mixed reference"),
     FieldRule("ref_model_sync_steps", "reference",

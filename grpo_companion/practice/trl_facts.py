@@ -2,9 +2,11 @@
 
 Nothing here is a copy of TRL's numbers: :func:`grpo_defaults` reads the field
 defaults of ``trl.GRPOConfig`` from the installed package each time it is
-called, and :func:`reading` turns a configuration (those defaults, or any
-``GRPOConfig``) into the objects of :mod:`grpo_companion.theory` that predict
-it: the calibration of the advantages (``theory.CALIBRATIONS`` with the
+called, and :func:`installed_reading` turns a configuration (those defaults, or any
+``GRPOConfig``, its missing fields filled with those defaults) into the
+:class:`~grpo_companion.practice.trl_bridge.TheoryReading` of
+:mod:`grpo_companion.practice.trl_bridge`, the objects of :mod:`grpo_companion.theory` that
+predict it: the calibration of the advantages (``theory.CALIBRATIONS`` with the
 group size), the KL estimator of :mod:`grpo_companion.rl.losses` and which
 divergence its expected gradient follows
 (:data:`grpo_companion.theory.kl_estimators.ESTIMATOR_TARGETS`), and whether
@@ -17,8 +19,9 @@ The translation itself is :mod:`grpo_companion.practice.trl_bridge`'s
 against TRL's own code by ``tests/practice/test_trl_equivalence.py``; this
 module adds the defaults and the words. Which values of *every* ``GRPOConfig``
 field the theory covers is :mod:`grpo_companion.practice.trl_coverage`'s; a
-setting it puts outside the theory makes :attr:`TheoryReading.predicts` False,
-with the reasons in :attr:`TheoryReading.reasons`.
+setting it puts outside the theory makes
+:attr:`~grpo_companion.practice.trl_bridge.TheoryReading.predicts` False, with the reasons in
+``TheoryReading.reasons``.
 
 Without TRL every function raises :class:`TRLNotInstalledError` (an
 ``ImportError``) that says how to install it.
@@ -33,22 +36,19 @@ from dataclasses import dataclass
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from grpo_companion.practice.trl_bridge import advantage_calibration
-from grpo_companion.practice.trl_coverage import outside_reasons, ref_sync_iterations
-from grpo_companion.theory.calibration import Calibration
+from grpo_companion.practice.trl_bridge import TheoryReading, theory_reading
 from grpo_companion.theory.kl_estimators import ESTIMATOR_TARGETS
 
 __all__ = [
     "OPTIONS",
     "Option",
     "TRLNotInstalledError",
-    "TheoryReading",
     "describe",
     "grpo_defaults",
+    "installed_reading",
     "installed_trl",
     "kl_estimator",
     "option_rows",
-    "reading",
     "trl_version",
 ]
 
@@ -105,7 +105,7 @@ def _scale_rewards(value: Any, config: Any) -> str:
         return (f"divide by the group's standard deviation (+1e-4): CALIBRATIONS['trl'] with "
                 f"group_size={group}; Theorem 2's recurrence with its finite-group weights")
     if mode == "none":
-        return (f"centre only (Dr. GRPO): CALIBRATIONS['dr_grpo'] with group_size={group}; "
+        return (f"centre only (Dr. GRPO): CALIBRATIONS['mean_only'] with group_size={group}; "
                 "the recurrence with the smaller, p-dependent Omega of centring")
     if mode == "batch":
         return ("divide by the standard deviation of the whole batch: a prompt's weights depend "
@@ -145,7 +145,7 @@ def _iterations(value: Any, config: Any) -> str:
         target = ("the round approaches Theorem 2's exact step (the Gibbs tilt) only as mu "
                   "grows, without clipping")
     else:
-        target = ("with plain k3 a solved round (theory.trained_loss.round_step_logit) is "
+        target = ("with plain k3 a solved round (theory.analyses.trained_loss.round_step_logit) is "
                   "neither Theorem 2's step nor the reverse-KL step, though it shares the "
                   "latter's fixed points")
     return (f"mu = {mu} optimiser step(s) per generation round: the fixed point does not "
@@ -232,7 +232,7 @@ def _sync_ref(value: Any, config: Any) -> str:
         return "False: the reference stays pi_ref, the paper's anchor"
     return ("True: the reference moves towards the policy (its success logit mixed as "
             "a L_n + (1 - a) L_ref every ref_model_sync_steps steps): the moving-reference "
-            "recurrence (theory.staged.moving_reference_iterate), where the syncs fall "
+            "recurrence (theory.analyses.staged.moving_reference_iterate), where the syncs fall "
             "between iterations")
 
 
@@ -296,113 +296,39 @@ def kl_estimator(config: Any) -> str:
     return "k3_ratio" if _get(config, "use_bias_correction_kl", False) else "k3"
 
 
-@dataclass(frozen=True)
-class TheoryReading:
-    """What the theory makes of a configuration (see :func:`reading`).
+class _WithDefaults:
+    """``config``'s attributes, and the installed defaults for those it lacks.
 
-    Attributes
-    ----------
-    trl_version : str
-        Of the installed TRL.
-    beta : float
-        KL weight; 0 means no KL term at all.
-    kl : str
-        The estimator in the loss, ``"k3_ratio"`` or ``"k3"``
-        (:func:`kl_estimator`); it acts only when ``beta > 0``.
-    kl_target : str
-        ``"forward"`` (``KL(pi || pi_ref)``, the paper's) or ``"reverse"``.
-    kl_active : bool
-        ``beta > 0``.
-    scale_rewards : str
-        ``"group"``, ``"batch"`` or ``"none"`` (booleans normalised as TRL does).
-    calibration : Calibration or None
-        Of the advantages, with ``group_size = num_generations``; ``None`` for
-        batch-level scaling.
-    group_size, mu : int
-        ``num_generations`` and ``num_iterations``.
-    clip_low, clip_high : float
-        ``epsilon`` and ``epsilon_high`` (which defaults to ``epsilon``).
-    loss_type : str
-    temperature, learning_rate : float
-    reasons : tuple of str
-        The settings outside the theory, one ``"name=value: why"`` each
-        (:func:`~grpo_companion.practice.trl_coverage.outside_reasons`); empty when
-        the theory covers the configuration.
-    ref_sync_every : int or None
-        With ``sync_ref_model=True``, ``beta > 0`` and ``ref_model_mixup_alpha > 0``: GRPO
-        iterations between two syncs of the reference
-        (:func:`~grpo_companion.practice.trl_coverage.ref_sync_iterations`).
+    ``use_bias_correction_kl`` is never filled: its absence means a TRL from before the
+    option, whose loss is plain k3.
     """
 
-    trl_version: str
-    beta: float
-    kl: str
-    kl_target: str
-    kl_active: bool
-    scale_rewards: str
-    calibration: Calibration | None
-    group_size: int
-    mu: int
-    clip_low: float
-    clip_high: float
-    loss_type: str
-    temperature: float
-    learning_rate: float
-    reasons: tuple[str, ...] = ()
-    ref_sync_every: int | None = None
+    def __init__(self, config: Any, defaults: dict[str, Any]) -> None:
+        self._config, self._defaults = config, defaults
 
-    @property
-    def predicts(self) -> bool:
-        """Whether there is a per-prompt recurrence (not with batch-level scaling, nor with
-        any other setting outside the theory: see ``reasons``)."""
-        return self.calibration is not None and not self.reasons
-
-    @property
-    def settles_at(self) -> str:
-        """Where the theory says a run settles: in a few words."""
-        if not self.predicts:
-            return "no per-prompt prediction"
-        if not self.kl_active:
-            return "PoS 1 (no anchor)"
-        if self.ref_sync_every is not None and self.kl_target == "forward":
-            return "PoS 1 (the reference follows the policy: no fixed point)"
-        return ("the paper's fixed point" if self.kl_target == "forward"
-                else "the reverse-KL fixed point")
+    def __getattr__(self, name: str) -> Any:
+        if hasattr(self._config, name):
+            return getattr(self._config, name)
+        if name in self._defaults and name != "use_bias_correction_kl":
+            return self._defaults[name]
+        raise AttributeError(name)
 
 
-def reading(config: Any = None) -> TheoryReading:
-    """The theory's reading of ``config`` (default: the installed TRL's defaults).
+def installed_reading(config: Any = None) -> TheoryReading:
+    """:func:`~grpo_companion.practice.trl_bridge.theory_reading` as the installed TRL runs it.
 
-    ``config`` is a ``GRPOConfig`` or any object with its attribute names; a
-    missing attribute takes the installed default, except
-    ``use_bias_correction_kl``, whose absence means a TRL without the option,
-    that is plain k3.
+    ``config`` is a ``GRPOConfig`` or any object with some of its attribute names; a
+    missing attribute takes the installed ``GRPOConfig`` default, except
+    ``use_bias_correction_kl``, whose absence means a TRL without the option, that is plain
+    k3. ``None`` reads the installed defaults themselves. The reading's ``trl_version`` is
+    the installed TRL's.
     """
-    defaults = grpo_defaults()
+    defaults = grpo_defaults([f.name for f in dataclasses.fields(installed_trl().GRPOConfig)])
     if config is None:
         config = SimpleNamespace(**defaults)
-    scale = _get(config, "scale_rewards", defaults.get("scale_rewards"))
-    scale = {True: "group", False: "none"}.get(scale, scale)
-    group = int(_get(config, "num_generations", defaults.get("num_generations")))
-    aggregation = _get(config, "multi_objective_aggregation", "sum_then_normalize")
-    calibration = advantage_calibration(scale, group)
-    if aggregation != "sum_then_normalize":
-        calibration = None
-    beta = float(_get(config, "beta", defaults.get("beta")))
-    kl = kl_estimator(config)
-    low = float(_get(config, "epsilon", defaults.get("epsilon")))
-    high = _get(config, "epsilon_high", defaults.get("epsilon_high"))
-    return TheoryReading(
-        trl_version=trl_version(), beta=beta, kl=kl, kl_target=ESTIMATOR_TARGETS[kl],
-        kl_active=beta > 0, scale_rewards=str(scale), calibration=calibration,
-        group_size=group, mu=int(_get(config, "num_iterations", defaults.get("num_iterations"))),
-        clip_low=low, clip_high=low if high is None else float(high),
-        loss_type=str(_get(config, "loss_type", defaults.get("loss_type"))),
-        temperature=float(_get(config, "temperature", defaults.get("temperature"))),
-        learning_rate=float(_get(config, "learning_rate", defaults.get("learning_rate"))),
-        reasons=outside_reasons(config),
-        ref_sync_every=(ref_sync_iterations(config) if beta > 0 and float(
-            _get(config, "ref_model_mixup_alpha", 0.0) or 0.0) > 0 else None))
+    elif not dataclasses.is_dataclass(config):
+        config = _WithDefaults(config, defaults)
+    return dataclasses.replace(theory_reading(config), trl_version=trl_version())
 
 
 def option_rows(config: Any = None) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from grpo_companion.practice import trl_questions
-from grpo_companion.practice.trl_bridge import TheorySettings, predict_limits, theory_settings
+from grpo_companion.practice.trl_bridge import TheoryReading, predict_limits, theory_reading
 
 __all__ = ["COLORS", "batch_figure", "drift_figure", "options_table", "rounds_figure",
            "settle_figure"]
@@ -43,13 +43,13 @@ def _colors(keys: Sequence[str], colors: Mapping[str, str] | None) -> dict[str, 
     return {k: COLORS[i % len(COLORS)] for i, k in enumerate(keys)}
 
 
-def _run_label(settings: TheorySettings, default_beta: float | None = None) -> str:
+def _run_label(reading: TheoryReading, default_beta: float | None = None) -> str:
     """A legend label for a run's settings: its ``beta`` and its KL estimator."""
-    if settings.beta == 0:
+    if reading.beta == 0:
         return (r"$\beta = 0$" + (" (TRL's default)" if default_beta == 0 else "")
                 + ": no KL")
-    return (rf"$\beta = {settings.beta:g}$, use_bias_correction_kl={settings.kl == 'k3_ratio'} "
-            f"({settings.kl}, {settings.kl_target} KL)")
+    return (rf"$\beta = {reading.beta:g}$, use_bias_correction_kl={reading.kl == 'k3_ratio'} "
+            f"({reading.kl}, {reading.kl_target} KL)")
 
 
 def settle_figure(runs: Mapping[str, Any], settled: Mapping[str, tuple[Any, Any]],
@@ -58,7 +58,7 @@ def settle_figure(runs: Mapping[str, Any], settled: Mapping[str, tuple[Any, Any]
     """Where each run settled (markers, +-2 standard errors) against its predicted limit.
 
     ``runs``: name to :class:`~grpo_companion.practice.trl_callback.PoSProbeCallback`
-    (its ``settings``); ``settled``: name to the ``(mean, standard_error)`` of
+    (its ``reading``); ``settled``: name to the ``(mean, standard_error)`` of
     :func:`~grpo_companion.practice.trl_questions.settled_pos`; ``p_ref``: the prompts'
     reference PoS. Lines: the limit
     :func:`~grpo_companion.practice.trl_bridge.predict_limits` gives for each run's
@@ -73,8 +73,8 @@ def settle_figure(runs: Mapping[str, Any], settled: Mapping[str, tuple[Any, Any]
     fig, ax = plt.subplots(figsize=(7, 4.6))
     ax.plot([0, 1], [0, 1], color="#7f7f7f", lw=1, label="$p = p_{\\mathrm{ref}}$")
     for name, probe in runs.items():
-        ax.plot(grid, predict_limits(grid, probe.settings)[0], color=color[name], lw=1.4,
-                label=_run_label(probe.settings, default_beta))
+        ax.plot(grid, predict_limits(grid, probe.reading)[0], color=color[name], lw=1.4,
+                label=_run_label(probe.reading, default_beta))
         mean, se = settled[name]
         ax.errorbar(p_ref, mean, yerr=2 * np.asarray(se), fmt="o", ms=5, color=color[name],
                     capsize=3)
@@ -100,7 +100,7 @@ def drift_figure(comparisons: Mapping[str, trl_questions.DriftComparison],
     fig, ax = plt.subplots(figsize=(7, 4.4))
     dense = np.linspace(0.01, 0.99, 400)
     for label, d in comparisons.items():
-        args, s = configs[label], d.settings
+        args, s = configs[label], d.reading
         name = (f"scale_rewards={args.scale_rewards!r}, "
                 + (f"use_bias_correction_kl={s.kl == 'k3_ratio'} ({s.kl}), $\\beta = {s.beta:g}$"
                    if s.beta > 0 else "$\\beta = 0$, no KL"))
@@ -130,7 +130,7 @@ def batch_figure(p_ref: float, batch_args: Any, group_args: Any, q_grid: Any,
     """
     import matplotlib.pyplot as plt
 
-    group_cal = theory_settings(group_args).calibration
+    group_cal = theory_reading(group_args).calibration
     group = int(batch_args.num_generations)
     n_prompts = int(batch_args.generation_batch_size) // group
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
@@ -148,7 +148,7 @@ def batch_figure(p_ref: float, batch_args: Any, group_args: Any, q_grid: Any,
                   label="group scaling")
     right.set(xlabel="PoS $q$ of the other prompts of the batch",
               ylabel="fixed point of the prompt")
-    beta = theory_settings(batch_args).beta
+    beta = theory_reading(batch_args).beta
     right.set_title(rf"$p_{{\mathrm{{ref}}}} = {p_ref:g}$, $\beta = {beta:g}$", fontsize=10)
     right.legend(fontsize=8)
     fig.tight_layout()
@@ -204,7 +204,7 @@ def rounds_figure(rounds: Mapping[str, trl_questions.RoundComparison],
 
 
 def _drift_row(d: trl_questions.DriftComparison) -> tuple[str, str, str]:
-    s = d.settings
+    s = d.reading
     option = (f"`beta`={s.beta:g}, `use_bias_correction_kl`={s.kl == 'k3_ratio'}, "
               f"{s.calibration.normalization} calibration, G = {s.group_size}")
     if d.theory_fp is None:

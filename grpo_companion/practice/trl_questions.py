@@ -2,7 +2,7 @@
 
 Every function takes the configuration itself (``args``: a ``trl.GRPOConfig``, or any
 object with its attribute names) and reads it through the one bridge from TRL to the
-theory, :func:`~grpo_companion.practice.trl_bridge.theory_settings` (with
+theory, :func:`~grpo_companion.practice.trl_bridge.theory_reading` (with
 :func:`~grpo_companion.practice.trl_bridge.loss_settings` for the clip and the loss
 type). The answers are for the two-outcome bandit of the paper (one prompt, success with
 PoS ``p``, success logit ``L``), where they are exact:
@@ -40,10 +40,10 @@ from scipy import optimize, stats
 from grpo_companion import theory
 from grpo_companion.practice.trl_bridge import (
     TRL_STD_EPS,
-    TheorySettings,
+    TheoryReading,
     advantage_calibration,
     loss_settings,
-    theory_settings,
+    theory_reading,
 )
 from grpo_companion.theory import kl_estimators
 from grpo_companion.theory.finite_group import group_table
@@ -93,24 +93,24 @@ def _scalar_probability(value: Any, name: str) -> float:
     return float(arr)
 
 
-def _settings(args: Any, *, need_calibration: bool = True) -> TheorySettings:
+def _reading(args: Any, *, need_calibration: bool = True) -> TheoryReading:
     if args is None or not hasattr(args, "num_generations"):
         raise ValueError(f"args must be a trl.GRPOConfig (or an object with its fields), "
                          f"got {args!r}")
-    settings = theory_settings(args)
-    if need_calibration and not settings.predicts:
-        raise ValueError("args has no per-prompt prediction: " + "; ".join(settings.reasons))
-    return settings
+    reading = theory_reading(args)
+    if need_calibration and not reading.predicts:
+        raise ValueError("args has no per-prompt prediction: " + "; ".join(reading.reasons))
+    return reading
 
 
-def _forward_anchor(settings: TheorySettings, what: str) -> None:
-    if settings.beta <= 0:
+def _forward_anchor(reading: TheoryReading, what: str) -> None:
+    if reading.beta <= 0:
         raise ValueError(f"{what} needs a KL anchor: args.beta must be > 0, got "
-                         f"{settings.beta!r}")
-    if settings.kl_target != "forward":
+                         f"{reading.beta!r}")
+    if reading.kl_target != "forward":
         raise ValueError(f"{what} is derived for KL(pi || pi_ref): args.use_bias_correction_kl "
                          f"must be True (the estimator 'k3_ratio'), got the estimator "
-                         f"{settings.kl!r}")
+                         f"{reading.kl!r}")
 
 
 # ---------------------------------------------------------------------- advantages
@@ -124,8 +124,8 @@ def advantage_table(args: Any) -> tuple[np.ndarray, np.ndarray]:
     :func:`grpo_companion.theory.finite_group.group_table`. ``scale_rewards="batch"`` has
     no such table (a ``ValueError``; see :func:`batch_scaled_advantages`).
     """
-    settings = _settings(args)
-    return group_table(settings.calibration, settings.group_size)
+    reading = _reading(args)
+    return group_table(reading.calibration, reading.group_size)
 
 
 def _batch_scale(total: Any, n_total: int) -> np.ndarray:
@@ -204,10 +204,10 @@ def batch_fixed_point(p_ref: float, q: float, args: Any) -> float:
     """
     p_ref = _scalar_probability(p_ref, "p_ref")
     q = float(_probability(q, "q"))
-    settings = _settings(args, need_calibration=False)
-    _forward_anchor(settings, "batch_fixed_point")
+    reading = _reading(args, need_calibration=False)
+    _forward_anchor(reading, "batch_fixed_point")
     n_prompts, group = _batch_shape(args)
-    beta = settings.beta
+    beta = reading.beta
 
     def gap(x: float) -> float:
         w_plus, w_minus = _batch_weights_one(float(theory.sigmoid(x)), q, n_prompts, group)
@@ -254,7 +254,7 @@ def compare_batch(bandit: Any, p_ref: float, q: Any, *, seed: int = 0,
     prompts, next to group scaling's.
     """
     args = bandit.trainer.args
-    settings = _settings(args, need_calibration=False)
+    reading = _reading(args, need_calibration=False)
     if str(args.scale_rewards) != "batch":
         raise ValueError(f"bandit must be configured with scale_rewards='batch', got "
                          f"{args.scale_rewards!r}")
@@ -274,7 +274,7 @@ def compare_batch(bandit: Any, p_ref: float, q: Any, *, seed: int = 0,
         formula_gap=gap, q=q, omega_batch=np.add(*batch_weights(p_ref, q, args)),
         fp_batch=np.array([batch_fixed_point(p_ref, float(x), args) for x in q]),
         omega_group=float(sum(group_cal.weights(p_ref))),
-        fp_group=float(theory.fixed_points(p_ref, settings.beta, calibration=group_cal)[0]))
+        fp_group=float(theory.fixed_points(p_ref, reading.beta, calibration=group_cal)[0]))
 
 
 # ------------------------------------------------------------------ drift and limit
@@ -288,13 +288,13 @@ def expected_drift(p: Any, p_ref: float, args: Any) -> np.ndarray:
     :func:`grpo_companion.theory.kl_estimators.logit_drift`; with ``beta = 0`` only the
     first term, positive on all of ``(0, 1)``. Its zeros are :func:`fixed_point`.
     """
-    settings = _settings(args)
+    reading = _reading(args)
     p = _probability(p, "p")
     p_ref = _scalar_probability(p_ref, "p_ref")
-    if settings.beta > 0:
-        return kl_estimators.logit_drift(p, p_ref, settings.beta, settings.kl,
-                                         calibration=settings.calibration)
-    w_plus, w_minus = settings.calibration.weights(p)
+    if reading.beta > 0:
+        return kl_estimators.logit_drift(p, p_ref, reading.beta, reading.kl,
+                                         calibration=reading.calibration)
+    w_plus, w_minus = reading.calibration.weights(p)
     return p * (1 - p) * (w_plus + w_minus)
 
 
@@ -306,18 +306,18 @@ def fixed_point(p_ref: float, args: Any) -> float | None:
     ``KL(pi || pi_ref)``, the reverse-KL one
     (:func:`grpo_companion.theory.kl_estimators.reverse_kl_fixed_points`) for plain k3;
     ``None`` for ``beta = 0``, where the drift has no interior zero and the PoS goes to 1,
-    and with a moving reference (``sync_ref_model=True``, ``settings.moving_reference``),
+    and with a moving reference (``sync_ref_model=True``, ``reading.moving_reference``),
     whose logit rises with the policy's at every sync, so that the PoS goes to 1 as well
     (:func:`grpo_companion.practice.trl_bridge.predict_limits`); :func:`expected_drift` is
     then the drift against the reference in force, ``p_ref``.
     """
-    settings = _settings(args)
+    reading = _reading(args)
     p_ref = _scalar_probability(p_ref, "p_ref")
-    if settings.beta == 0 or settings.moving_reference:
+    if reading.beta == 0 or reading.moving_reference:
         return None
-    find = (theory.fixed_points if settings.kl_target == "forward"
+    find = (theory.fixed_points if reading.kl_target == "forward"
             else kl_estimators.reverse_kl_fixed_points)
-    return float(find(p_ref, settings.beta, calibration=settings.calibration)[0])
+    return float(find(p_ref, reading.beta, calibration=reading.calibration)[0])
 
 
 @dataclass(frozen=True)
@@ -326,7 +326,7 @@ class DriftComparison:
 
     Attributes
     ----------
-    settings : TheorySettings
+    reading : TheoryReading
         The theory's reading of the configuration.
     table_gap : float
         Largest difference between TRL's advantages and :func:`advantage_table`.
@@ -340,7 +340,7 @@ class DriftComparison:
         The zero of TRL's expected drift and :func:`fixed_point` (``None``: no zero).
     """
 
-    settings: TheorySettings
+    reading: TheoryReading
     table_gap: float
     p: np.ndarray
     measured: np.ndarray
@@ -359,7 +359,7 @@ def compare_drift(bandit: Any, p_ref: float, p: Any) -> DriftComparison:
     and :func:`fixed_point`.
     """
     args = bandit.trainer.args
-    settings = _settings(args)
+    reading = _reading(args)
     p_ref = _scalar_probability(p_ref, "p_ref")
     grid = _probability(p, "p", open_interval=True)
     if grid.ndim != 1 or grid.size == 0:
@@ -370,7 +370,7 @@ def compare_drift(bandit: Any, p_ref: float, p: Any) -> DriftComparison:
     measured = np.array([bandit.drift(x, p_ref, table) for x in grid])
     predicted = expected_drift(grid, p_ref, args)
     return DriftComparison(
-        settings=settings, table_gap=float(table_gap), p=grid, measured=measured,
+        reading=reading, table_gap=float(table_gap), p=grid, measured=measured,
         predicted=predicted, drift_gap=float(np.abs(measured - predicted).max()),
         trl_fp=bandit.fixed_point(p_ref, table), theory_fp=fixed_point(p_ref, args))
 
@@ -398,15 +398,15 @@ def length_fixed_point(p_ref: float, args: Any, lengths: tuple[int, int]) -> flo
                        for n in lengths)):
         raise ValueError(f"lengths must be two integers >= 1 (success, failure), got "
                          f"{lengths!r}")
-    settings = _settings(args)
+    reading = _reading(args)
     loss_type = loss_settings(args)["loss_type"]
     l_s, l_f = int(lengths[0]), int(lengths[1])
     if l_s == l_f or loss_type == "dr_grpo":
         return fixed_point(p_ref, args)
     if loss_type != "grpo":
         return None
-    _forward_anchor(settings, "length_fixed_point with loss_type='grpo'")
-    beta, calibration = settings.beta, settings.calibration
+    _forward_anchor(reading, "length_fixed_point with loss_type='grpo'")
+    beta, calibration = reading.beta, reading.calibration
 
     def gap(x: float) -> float:
         p = float(theory.sigmoid(x))
@@ -458,31 +458,31 @@ def compare_lengths(bandit: Any, p_ref: float, lengths: tuple[int, int]) -> Leng
 
 
 # ------------------------------------------------------------- one generation round
-def round_step(p_old: float, p_ref: float, args: Any) -> float:
+def round_step(p_prev: float, p_ref: float, args: Any) -> float:
     """PoS after one generation round solved, with TRL's clip (``epsilon``, ``epsilon_high``).
 
-    The round samples with PoS ``p_old`` and maximises, over the new PoS ``p``, the
-    expected clipped surrogate with the weights ``w+``, ``w-`` of ``p_old`` minus the
+    The round samples with PoS ``p_prev`` and maximises, over the new PoS ``p``, the
+    expected clipped surrogate with the weights ``w+``, ``w-`` of ``p_prev`` minus the
     KL penalty (exact, as ``use_bias_correction_kl=True`` makes it in expectation):
-    ``w+ min(p, p_old (1 + eps_high)) + w- min(p - 1, -(1 - p_old)(1 - eps_low))
+    ``w+ min(p, p_prev (1 + eps_high)) + w- min(p - 1, -(1 - p_prev)(1 - eps_low))
     - beta KL(p || p_ref)``. The clip caps how far one round moves up; a move down is not
     clipped. The objective is concave; its maximiser is found by a bounded scalar search
     on ``[1e-12, 1 - 1e-12]`` to 1e-13. When the clip cannot bind anywhere in ``(0, 1)``
-    (``epsilon >= 1`` and ``p_old (1 + epsilon_high) >= 1``) the round is Theorem 2's
+    (``epsilon >= 1`` and ``p_prev (1 + epsilon_high) >= 1``) the round is Theorem 2's
     step, :func:`grpo_companion.theory.pos_map`, computed as such. Either way the fixed
     point is unchanged: there the ratio is 1 and no clip binds.
     """
-    p_old = _scalar_probability(p_old, "p_old")
+    p_prev = _scalar_probability(p_prev, "p_prev")
     p_ref = _scalar_probability(p_ref, "p_ref")
-    settings = _settings(args)
-    _forward_anchor(settings, "round_step")
+    reading = _reading(args)
+    _forward_anchor(reading, "round_step")
     clip = loss_settings(args)
     low, high = clip["clip_eps_low"], clip["clip_eps_high"]
-    beta, calibration = settings.beta, settings.calibration
-    if low >= 1 and p_old * (1 + high) >= 1:
-        return float(theory.pos_map(p_old, p_ref, beta, calibration=calibration))
-    w_plus, w_minus = (float(w) for w in calibration.weights(p_old))
-    cap_s, cap_f = p_old * (1 + high), -(1 - p_old) * (1 - low)
+    beta, calibration = reading.beta, reading.calibration
+    if low >= 1 and p_prev * (1 + high) >= 1:
+        return float(theory.pos_map(p_prev, p_ref, beta, calibration=calibration))
+    w_plus, w_minus = (float(w) for w in calibration.weights(p_prev))
+    cap_s, cap_f = p_prev * (1 + high), -(1 - p_prev) * (1 - low)
 
     def minus_objective(p: float) -> float:
         kl = p * math.log(p / p_ref) + (1 - p) * math.log((1 - p) / (1 - p_ref))

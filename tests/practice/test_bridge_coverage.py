@@ -1,7 +1,7 @@
 """Every GRPOConfig field is classified, and a setting outside the theory predicts nothing.
 
 The classification is :mod:`grpo_companion.practice.trl_coverage`; the bridge
-(:func:`~grpo_companion.practice.trl_bridge.theory_settings`) and the callback read it.
+(:func:`~grpo_companion.practice.trl_bridge.theory_reading`) and the callback read it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from grpo_companion.practice import PoSProbeCallback, trl_facts
-from grpo_companion.practice.trl_bridge import predict_limits, predict_path, theory_settings
+from grpo_companion.practice.trl_bridge import predict_limits, predict_path, theory_reading
 
 from . import _tiny
 from .test_trl_callback import _events, reward_func, says_target
@@ -92,20 +92,20 @@ def test_the_installed_defaults_are_covered(trl, trl_coverage, tmp_path):
     for rule in trl_coverage.RULES:
         if hasattr(fresh, rule.name):
             assert rule.outside(getattr(fresh, rule.name), fresh) is None, rule.name
-    settings = theory_settings(fresh)
+    settings = theory_reading(fresh)
     assert settings.predicts and settings.reasons == ()
-    assert trl_facts.reading(fresh).predicts
+    assert trl_facts.installed_reading(fresh).predicts
 
 
 @pytest.mark.parametrize(("name", "value"), sorted(CHANGED.items()))
 def test_a_setting_outside_the_theory_predicts_nothing(tmp_path, name, value):
     alongside = ALONGSIDE.get(name, {})
     # the same run with the option at its default
-    default = theory_settings(_config(tmp_path, **alongside))
+    default = theory_reading(_config(tmp_path, **alongside))
     assert default.predicts and default.reasons == () and default.calibration is not None
     assert np.isfinite(predict_path([0.3], 2, default)).all()
 
-    changed = theory_settings(_config(tmp_path, **alongside, **{name: value}))
+    changed = theory_reading(_config(tmp_path, **alongside, **{name: value}))
     assert not changed.predicts and changed.calibration is None
     assert len(changed.reasons) == 1 and changed.reasons[0].startswith(f"{name}=")
     assert changed.note.startswith("no per-prompt prediction: ") and name in changed.note
@@ -113,12 +113,12 @@ def test_a_setting_outside_the_theory_predicts_nothing(tmp_path, name, value):
     assert np.isnan(predict_path([0.3, 0.6], 3, changed)).all()
     limits, regimes = predict_limits([0.3, 0.6], changed)
     assert np.isnan(limits).all() and regimes == ["none", "none"]
-    reading = trl_facts.reading(_config(tmp_path, **alongside, **{name: value}))
+    reading = trl_facts.installed_reading(_config(tmp_path, **alongside, **{name: value}))
     assert not reading.predicts and reading.settles_at == "no per-prompt prediction"
 
 
 def test_several_reasons_are_all_given(tmp_path):
-    settings = theory_settings(_config(tmp_path, entropy_coef=0.1, sync_ref_model=True,
+    settings = theory_reading(_config(tmp_path, entropy_coef=0.1, sync_ref_model=True,
                                        **ALONGSIDE["sync_ref_model"],
                                        scale_rewards="batch"))
     assert [r.split("=")[0] for r in settings.reasons] == [
@@ -134,7 +134,7 @@ def test_several_reasons_are_all_given(tmp_path):
     {"entropy_target": 0.5}, {"ref_model_sync_steps": 10}, {"sapo_temperature_neg": 2.0},
 ])
 def test_covered_and_irrelevant_changes_still_predict(tmp_path, changes):
-    settings = theory_settings(_config(tmp_path, **changes))
+    settings = theory_reading(_config(tmp_path, **changes))
     assert settings.predicts and settings.reasons == (), settings.reasons
 
 
@@ -146,8 +146,8 @@ def test_an_option_nobody_classified_predicts_only_at_its_default(trl, tmp_path)
         brand_new_knob: float = 0.0
 
     base = dict(output_dir=str(tmp_path), use_cpu=True, report_to=[], beta=0.1)
-    assert theory_settings(Upgraded(**base)).predicts
-    changed = theory_settings(Upgraded(**base, brand_new_knob=1.0))
+    assert theory_reading(Upgraded(**base)).predicts
+    changed = theory_reading(Upgraded(**base, brand_new_knob=1.0))
     assert not changed.predicts
     assert changed.reasons[0].startswith("brand_new_knob=1.0") and "not classified" in \
         changed.reasons[0]
@@ -185,7 +185,7 @@ def test_the_callback_measures_and_says_why_it_predicts_nothing(model_path, tmp_
                for r in rows)
     theory = json.loads((tmp_path / "probe" / "pos_probe.json").read_text())["theory"]
     assert theory["note"].startswith("no per-prompt prediction: entropy_coef=0.1")
-    assert theory["reasons"] == [callback.settings.reasons[0]]
+    assert theory["reasons"] == [callback.reading.reasons[0]]
     assert any("no per-prompt prediction: entropy_coef=0.1" in m for m in caplog.messages)
 
 

@@ -66,7 +66,7 @@ def test_beta_zero_settles_at_one_and_zero_is_absorbing():
 def test_iterations_mark_ninety_percent_of_the_way():
     p_ref = np.array([0.02, 0.3, 0.6])
     result = dg.diagnose({"beta": 0.5}, p_ref)
-    path = predict_path(p_ref, 50, result.settings)
+    path = predict_path(p_ref, 50, result.reading)
     for i, n in enumerate(result.iterations.astype(int)):
         gap0 = abs(p_ref[i] - result.limit[i])
         assert abs(path[n, i] - result.limit[i]) <= 0.1 * gap0
@@ -174,7 +174,7 @@ def test_group_size_needed_is_the_smallest_that_reaches_the_target():
         assert g >= 2
 
         def reaches(size, p=p, y=y):
-            settings = dg.diagnose({"beta": 1.0, "num_generations": size}, [p]).settings
+            settings = dg.diagnose({"beta": 1.0, "num_generations": size}, [p]).reading
             return predict_path([p], n, settings)[-1, 0] >= y
 
         assert reaches(g) and (g == 2 or not reaches(g - 1))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from grpo_companion.practice import PoSProbeCallback, trl_bridge
-from grpo_companion.practice.trl_bridge import predict_path, theory_settings
+from grpo_companion.practice.trl_bridge import predict_path, theory_reading
 from grpo_companion.theory.calibration import Calibration
 
 P_REF = np.array([0.0, 0.05, 0.3, 0.9, 1.0])
@@ -59,7 +59,7 @@ def _run(callback, args, steps):
 def test_the_stepped_path_is_the_path_from_scratch_bit_for_bit(name):
     from grpo_companion.practice.trl_bridge import PredictedPath
 
-    settings = theory_settings(_args(**SETTINGS[name]))
+    settings = theory_reading(_args(**SETTINGS[name]))
     path = PredictedPath(P_REF, settings)
     full = predict_path(P_REF, 40, settings)
     for n in (0, 1, 2, 2, 7, 8, 20, 40, 3, 0, 39):  # forward, repeated, and back again
@@ -75,7 +75,7 @@ def test_the_callbacks_predictions_are_those_from_scratch(name):
     callback = _probe([0, 5, 30, 90, 100])
     steps = [1, 2, 3, 5, 6, 11, 30, 31, 60]
     _run(callback, args, steps)
-    settings = theory_settings(args)
+    settings = theory_reading(args)
     for step in [0, *steps]:
         rows = [r for r in callback.rows if r["step"] == step]
         iteration = rows[0]["theory_iteration"]

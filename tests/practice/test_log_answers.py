@@ -13,7 +13,7 @@ from grpo_companion import theory
 from grpo_companion.practice import log_answers, trl_logs
 from grpo_companion.practice.diagnose import read_config
 from grpo_companion.practice.trl_bandit import TRLBandit
-from grpo_companion.practice.trl_bridge import predict_limits, theory_settings
+from grpo_companion.practice.trl_bridge import predict_limits, theory_reading
 from grpo_companion.theory.finite_group import group_table
 
 from . import _tiny
@@ -70,7 +70,7 @@ def test_the_fixed_points_with_and_without_kl_on_uniform_groups_are_trls(bandit)
     table = b.table()
     p_ref = np.array([0.15, 0.43, 0.81])
     masked = log_answers.kl_on_mixed_groups_fixed_point(p_ref, 1.0, cal)
-    paper, _ = predict_limits(p_ref, theory_settings(read_config({"beta": 1.0})))
+    paper, _ = predict_limits(p_ref, theory_reading(read_config({"beta": 1.0})))
     for i, p in enumerate(p_ref):
         assert b.fixed_point(p, table) == pytest.approx(paper[i], abs=1e-9)
         assert b.fixed_point(p, table, uniform_kl=False) == pytest.approx(masked[i], abs=1e-9)

@@ -17,7 +17,7 @@ from grpo_companion.practice.trl_bridge import (
     iteration_of_step,
     predict_limits,
     predict_path,
-    theory_settings,
+    theory_reading,
 )
 from grpo_companion.theory.kl_estimators import reverse_kl_fixed_points, reverse_kl_pos
 
@@ -79,7 +79,7 @@ def test_a_short_grpo_run_writes_the_csv_and_plot(model_path, tmp_path):
         assert int(r["theory_iteration"]) == 0
     # one GRPO iteration per optimiser step here (num_iterations = 1, no accumulation)
     assert [int(r["theory_iteration"]) for r in rows[2:]] == [2, 2, 4, 4]
-    settings = theory_settings(trainer.args)
+    settings = theory_reading(trainer.args)
     p_ref = np.array([float(r["p_ref"]) for r in first])
     expected = predict_path(p_ref, 4, settings)
     got = np.array([float(r["predicted_pos"]) for r in rows]).reshape(3, 2)
@@ -241,26 +241,26 @@ def _args(**changes):
 
 
 def test_settings_follow_the_config(tmp_path):
-    real = theory_settings(_tiny.grpo_config(tmp_path, num_generations=4, beta=0.1,
+    real = theory_reading(_tiny.grpo_config(tmp_path, num_generations=4, beta=0.1,
                                              per_device_train_batch_size=4))
     assert real.calibration == dataclasses.replace(theory.CALIBRATIONS["trl"], group_size=4)
     assert (real.kl, real.kl_target, real.steps_per_iteration) == ("k3_ratio", "forward", 1.0)
 
-    paper = theory_settings(_args())  # Appendix A/H: G = 16 there; mu = 10, accumulation 4
+    paper = theory_reading(_args())  # Appendix A/H: G = 16 there; mu = 10, accumulation 4
     assert paper.steps_per_iteration == 10.0
     assert [iteration_of_step(s, paper) for s in (0, 9, 10, 25)] == [0, 0, 1, 2]
-    none = theory_settings(_args(scale_rewards=False))
+    none = theory_reading(_args(scale_rewards=False))
     assert none.calibration == dataclasses.replace(theory.CALIBRATIONS["mean_only"], group_size=8)
-    assert theory_settings(_args(use_bias_correction_kl=False)).kl_target == "reverse"
-    assert not theory_settings(_args(scale_rewards="batch")).predicts
-    assert not theory_settings(_args(multi_objective_aggregation="normalize_then_sum")).predicts
+    assert theory_reading(_args(use_bias_correction_kl=False)).kl_target == "reverse"
+    assert not theory_reading(_args(scale_rewards="batch")).predicts
+    assert not theory_reading(_args(multi_objective_aggregation="normalize_then_sum")).predicts
 
 
 P_REF = np.array([0.0, 0.05, 0.3, 0.9, 1.0])
 
 
 def test_forward_prediction_is_the_papers_recurrence():
-    settings = theory_settings(_args())
+    settings = theory_reading(_args())
     cal = dataclasses.replace(theory.CALIBRATIONS["trl"], group_size=8)
     np.testing.assert_array_equal(predict_path(P_REF, 6, settings),
                                   theory.iterate(P_REF, P_REF, 0.1, 6, calibration=cal))
@@ -273,7 +273,7 @@ def test_forward_prediction_is_the_papers_recurrence():
 
 
 def test_reverse_kl_prediction_settles_on_the_reverse_kl_fixed_point():
-    settings = theory_settings(_args(use_bias_correction_kl=False, beta=2.0))
+    settings = theory_reading(_args(use_bias_correction_kl=False, beta=2.0))
     path = predict_path(P_REF[1:4], 3, settings)
     w_plus, w_minus = settings.calibration.weights(path[1])
     np.testing.assert_allclose(path[2], reverse_kl_pos(P_REF[1:4], w_plus, w_minus, 2.0))
@@ -285,7 +285,7 @@ def test_reverse_kl_prediction_settles_on_the_reverse_kl_fixed_point():
 
 
 def test_beta_zero_predicts_a_climb_to_one_without_dividing_by_zero():
-    settings = theory_settings(_args(beta=0.0))
+    settings = theory_reading(_args(beta=0.0))
     assert "beta = 0" in settings.note
     with np.errstate(all="raise"):
         path = predict_path(P_REF, 3, settings)
@@ -296,7 +296,7 @@ def test_beta_zero_predicts_a_climb_to_one_without_dividing_by_zero():
 
 
 def test_no_prediction_is_nan_not_a_guess():
-    settings = theory_settings(_args(scale_rewards="batch"))
+    settings = theory_reading(_args(scale_rewards="batch"))
     assert np.isnan(predict_path(P_REF, 2, settings)).all()
     limits, regimes = predict_limits(P_REF, settings)
     assert np.isnan(limits).all() and set(regimes) == {"none"}

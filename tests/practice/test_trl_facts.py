@@ -16,7 +16,7 @@ from grpo_companion import theory
 from grpo_companion.practice import trl_facts
 from grpo_companion.practice.trl_bridge import advantage_calibration
 from grpo_companion.rl import losses
-from grpo_companion.theory import trained_loss
+from grpo_companion.theory.analyses import trained_loss
 from grpo_companion.theory.kl_estimators import ESTIMATOR_TARGETS
 
 
@@ -34,7 +34,7 @@ def fresh(trl, tmp_path_factory):
 
 def test_the_version_is_the_installed_one(trl):
     assert trl_facts.trl_version() == trl.__version__
-    assert trl_facts.reading().trl_version == trl.__version__
+    assert trl_facts.installed_reading().trl_version == trl.__version__
 
 
 def test_every_option_is_a_field_of_the_installed_grpo_config(trl):
@@ -58,8 +58,8 @@ def test_defaults_are_those_of_a_fresh_grpo_config(fresh):
 
 
 def test_the_reading_of_the_defaults_follows_the_installed_config(fresh):
-    r = trl_facts.reading()
-    assert r == trl_facts.reading(fresh)
+    r = trl_facts.installed_reading()
+    assert r == trl_facts.installed_reading(fresh)
     assert r.beta == fresh.beta and r.kl_active == (fresh.beta > 0)
     assert r.kl == ("k3_ratio" if fresh.use_bias_correction_kl else "k3")
     assert r.kl_target == ESTIMATOR_TARGETS[r.kl]
@@ -73,7 +73,7 @@ def test_the_reading_of_the_defaults_follows_the_installed_config(fresh):
 
 @pytest.mark.parametrize(("changes", "calibration", "kl", "settles"), [
     ({"scale_rewards": "group", "beta": 0.1}, "trl", "k3_ratio", "the paper's fixed point"),
-    ({"scale_rewards": "none", "beta": 0.1}, "dr_grpo", "k3_ratio", "the paper's fixed point"),
+    ({"scale_rewards": "none", "beta": 0.1}, "mean_only", "k3_ratio", "the paper's fixed point"),
     ({"scale_rewards": "batch", "beta": 0.1}, None, "k3_ratio", "no per-prompt prediction"),
     ({"use_bias_correction_kl": False, "beta": 0.1}, "trl", "k3", "the reverse-KL fixed point"),
     ({"beta": 0.0}, "trl", "k3_ratio", "PoS 1 (no anchor)"),
@@ -82,7 +82,7 @@ def test_a_config_maps_to_the_theory_objects(trl, tmp_path, changes, calibration
     settings = {"num_generations": 4, "per_device_train_batch_size": 4,
                 "use_bias_correction_kl": True, **changes}
     args = trl.GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], **settings)
-    r = trl_facts.reading(args)
+    r = trl_facts.installed_reading(args)
     expected = (None if calibration is None else
                 dataclasses.replace(theory.CALIBRATIONS[calibration], group_size=4))
     assert r.calibration == expected and r.predicts == (expected is not None)
@@ -92,7 +92,7 @@ def test_a_config_maps_to_the_theory_objects(trl, tmp_path, changes, calibration
 def test_a_trl_without_the_bias_correction_option_is_plain_k3(trl):
     old = SimpleNamespace(beta=0.04, scale_rewards="group", num_generations=8)
     assert trl_facts.kl_estimator(old) == "k3"
-    assert trl_facts.reading(old).kl_target == "reverse"
+    assert trl_facts.installed_reading(old).kl_target == "reverse"
 
 
 def test_option_rows_state_the_installed_defaults(fresh):
@@ -112,7 +112,7 @@ def test_option_rows_state_the_installed_defaults(fresh):
 
 def test_without_trl_every_call_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "trl", None)  # `import trl` now raises ImportError
-    for call in (trl_facts.trl_version, trl_facts.grpo_defaults, trl_facts.reading,
+    for call in (trl_facts.trl_version, trl_facts.grpo_defaults, trl_facts.installed_reading,
                  trl_facts.option_rows):
         with pytest.raises(trl_facts.TRLNotInstalledError, match="pip install") as info:
             call()

@@ -15,7 +15,7 @@ from grpo_companion.practice import trl_questions as tq  # noqa: E402
 from grpo_companion.practice.trl_bandit import TRLBandit  # noqa: E402
 from grpo_companion.practice.trl_bridge import (  # noqa: E402
     predict_limits,
-    theory_settings,
+    theory_reading,
 )
 
 from . import _tiny  # noqa: E402
@@ -57,10 +57,10 @@ def test_batch_and_settle_figures(bandits):
     plt.close(fig)
 
     class Probe:
-        settings = theory_settings(bandits["k3_ratio"].trainer.args)
+        reading = theory_reading(bandits["k3_ratio"].trainer.args)
 
     fig = trl_plots.settle_figure({"run": Probe()}, {"run": ([0.5], [0.01])}, [0.3])
-    limits = predict_limits(np.linspace(0.01, 0.99, 99), Probe.settings)[0]
+    limits = predict_limits(np.linspace(0.01, 0.99, 99), Probe.reading)[0]
     np.testing.assert_array_equal(fig.axes[0].lines[1].get_ydata(), limits)
     plt.close(fig)
     with pytest.raises(ValueError, match="settled"):
