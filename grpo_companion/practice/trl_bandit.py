@@ -152,7 +152,7 @@ class TRLBandit:
         """TRL's ``_compute_loss`` with ``logp`` as the model's per-token log-probabilities."""
         return trl_loss(self.trainer, logp, inputs)
 
-    def inputs(self, advantages: torch.Tensor, old_logp: torch.Tensor,
+    def inputs(self, advantages: torch.Tensor, prev_logp: torch.Tensor,
                ref_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]:
         """The ``inputs`` dict of ``_compute_loss`` for one group (rows: completions)."""
         g = advantages.shape[0]
@@ -160,14 +160,14 @@ class TRLBandit:
                 "prompt_mask": torch.ones_like(self.prompt_ids).expand(g, -1),
                 "completion_ids": torch.zeros(mask.shape, dtype=torch.long),
                 "completion_mask": mask.long(), "advantages": advantages,
-                "old_per_token_logps": old_logp, "ref_per_token_logps": ref_logp,
+                "old_per_token_logps": prev_logp, "ref_per_token_logps": ref_logp,
                 "num_items_in_batch": mask.sum()}
 
-    def expected_loss(self, logit: torch.Tensor, p_old: float, p_ref: float,
+    def expected_loss(self, logit: torch.Tensor, p_prev: float, p_ref: float,
                       table: tuple[torch.Tensor, torch.Tensor] | None = None,
                       lengths: tuple[int, int] = (1, 1), *,
                       uniform_kl: bool = True) -> torch.Tensor:
-        """TRL's loss in expectation over groups of ``G`` drawn with PoS ``p_old``, for the
+        """TRL's loss in expectation over groups of ``G`` drawn with PoS ``p_prev``, for the
         bandit with success logit ``logit``.
 
         ``lengths``: tokens of a success and of a failure; only the first token is chosen by
@@ -180,8 +180,8 @@ class TRLBandit:
         plus, minus = self.table() if table is None else table
         g = self.group_size
         width = max(lengths)
-        pmf = stats.binom.pmf(np.arange(g + 1), g, p_old)
-        l_old = torch.tensor(math.log(p_old / (1 - p_old)), dtype=F64)
+        pmf = stats.binom.pmf(np.arange(g + 1), g, p_prev)
+        l_old = torch.tensor(math.log(p_prev / (1 - p_prev)), dtype=F64)
         l_ref = torch.tensor(math.log(p_ref / (1 - p_ref)), dtype=F64)
         rest = torch.zeros(g, width - 1, dtype=F64)
         total = torch.zeros((), dtype=F64)
@@ -201,7 +201,7 @@ class TRLBandit:
     def drift(self, p: float, p_ref: float,
               table: tuple[torch.Tensor, torch.Tensor] | None = None,
               lengths: tuple[int, int] = (1, 1), *, uniform_kl: bool = True) -> float:
-        """Minus the exact expected gradient of TRL's loss in ``L``, on policy (``p_old = p``)."""
+        """Minus the exact expected gradient of TRL's loss in ``L``, on policy (``p_prev = p``)."""
         logit = torch.tensor(math.log(p / (1 - p)), dtype=F64, requires_grad=True)
         loss = self.expected_loss(logit, p, p_ref, table, lengths, uniform_kl=uniform_kl)
         (grad,) = torch.autograd.grad(loss, logit)
@@ -227,12 +227,12 @@ class TRLBandit:
             return None
         return float(theory.sigmoid(optimize.brentq(drift, lo, hi, xtol=1e-12)))
 
-    def round_pos(self, p_old: float, p_ref: float, mu: int | None = None,
+    def round_pos(self, p_prev: float, p_ref: float, mu: int | None = None,
                   table: tuple[torch.Tensor, torch.Tensor] | None = None, *,
                   step_size: float = 1.0) -> float:
-        """PoS after one generation round of TRL's loss from PoS ``p_old``.
+        """PoS after one generation round of TRL's loss from PoS ``p_prev``.
 
-        The batch is drawn once with PoS ``p_old`` (TRL's ``pi_old``), and the loss of
+        The batch is drawn once with PoS ``p_prev`` (TRL's ``pi_old``), and the loss of
         the round is TRL's expected loss over it (:meth:`expected_loss`), so that steps
         after the first are off policy and the clip of ``epsilon``/``epsilon_high`` acts.
         ``mu`` gradient steps of size ``step_size`` on the success logit (TRL's
@@ -240,7 +240,7 @@ class TRLBandit:
         which many small steps approach (Brent's method on its gradient in the logit, on
         ``[-15, 15]``, to 1e-13: the loss is unimodal there).
         """
-        _check_open(p_old, "p_old")
+        _check_open(p_prev, "p_prev")
         _check_open(p_ref, "p_ref")
         if not (isinstance(step_size, int | float) and math.isfinite(step_size)
                 and step_size > 0):
@@ -249,7 +249,7 @@ class TRLBandit:
 
         def gradient(x: float) -> float:
             logit = torch.tensor(x, dtype=F64, requires_grad=True)
-            (grad,) = torch.autograd.grad(self.expected_loss(logit, p_old, p_ref, table), logit)
+            (grad,) = torch.autograd.grad(self.expected_loss(logit, p_prev, p_ref, table), logit)
             return grad.item()
 
         if mu is None:
@@ -261,9 +261,9 @@ class TRLBandit:
             return float(theory.sigmoid(x))
         if isinstance(mu, bool) or not isinstance(mu, int) or mu < 1:
             raise ValueError(f"mu must be an integer >= 1 or None (the round solved), got {mu!r}")
-        logit = torch.tensor(math.log(p_old / (1 - p_old)), dtype=F64, requires_grad=True)
+        logit = torch.tensor(math.log(p_prev / (1 - p_prev)), dtype=F64, requires_grad=True)
         for _ in range(mu):
-            (grad,) = torch.autograd.grad(self.expected_loss(logit, p_old, p_ref, table), logit)
+            (grad,) = torch.autograd.grad(self.expected_loss(logit, p_prev, p_ref, table), logit)
             with torch.no_grad():
                 logit -= step_size * grad
         return float(torch.sigmoid(logit.detach()))

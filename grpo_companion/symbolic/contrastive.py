@@ -96,7 +96,7 @@ class ContrastiveIdentity:
 
     Attributes
     ----------
-    old_probs, ratios:
+    prev_probs, ratios:
         Symbols ``pi_old(o_i)`` and ``x_i = pi(o_i)/pi_old(o_i)``; the first
         ``n_success`` outcomes are successes.
     per_sample:
@@ -106,7 +106,7 @@ class ContrastiveIdentity:
         (clipped) or ``w_+ P_pi(r=1) - w_- P_pi(r=0)`` (unclipped, eq. 5).
     """
 
-    old_probs: tuple[sp.Symbol, ...]
+    prev_probs: tuple[sp.Symbol, ...]
     ratios: tuple[sp.Symbol, ...]
     per_sample: sp.Expr
     contrastive: sp.Expr

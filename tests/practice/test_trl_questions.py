@@ -21,7 +21,7 @@ import torch
 from grpo_companion import theory
 from grpo_companion.practice import trl_questions as tq
 from grpo_companion.practice.trl_bandit import TRLBandit
-from grpo_companion.practice.trl_bridge import theory_settings
+from grpo_companion.practice.trl_bridge import theory_reading
 
 from . import _tiny
 
@@ -164,7 +164,7 @@ def test_round_step_is_trls_solved_round(bandit, clip):
     solved = b.round_pos(P_REF, P_REF, None, table)
     predicted = tq.round_step(P_REF, P_REF, b.trainer.args)
     assert abs(solved - predicted) <= 1e-8, (solved, predicted)
-    cal = theory_settings(b.trainer.args).calibration
+    cal = theory_reading(b.trainer.args).calibration
     unclipped = float(theory.pos_map(P_REF, P_REF, 1.0, calibration=cal))
     if clip == "off":
         assert predicted == unclipped
@@ -178,7 +178,7 @@ def test_round_step_is_trls_solved_round(bandit, clip):
 def test_solved_rounds_are_theorem_2(bandit):
     b = bandit(beta=1.0, **CLIPS["off"])
     path = b.rounds(P_REF, 4)
-    cal = theory_settings(b.trainer.args).calibration
+    cal = theory_reading(b.trainer.args).calibration
     np.testing.assert_allclose(path, theory.iterate(P_REF, P_REF, 1.0, 4, calibration=cal),
                                rtol=0, atol=1e-9)
     stepped = b.rounds(P_REF, 3, mu=2)
@@ -207,7 +207,7 @@ def test_bad_inputs_name_the_parameter(bandit):
                        (lambda: tq.fixed_point(math.nan, args), "p_ref"),
                        (lambda: tq.fixed_point(P_REF, None), "args"),
                        (lambda: tq.batch_weights(0.5, -0.1, args), "q"),
-                       (lambda: tq.round_step(1.0, P_REF, args), "p_old"),
+                       (lambda: tq.round_step(1.0, P_REF, args), "p_prev"),
                        (lambda: tq.round_step(P_REF, P_REF, bandit(**CONFIGS["k3"]).trainer.args),
                         "use_bias_correction_kl"),
                        (lambda: tq.settled_pos(SimpleNamespace(rows=[]), math.inf), "from_step")]:

@@ -41,7 +41,7 @@ def test_sympy_surrogate_matches_numpy():
 @pytest.mark.parametrize(("n_success", "n_failure"), [(1, 1), (1, 2)])
 def test_finite_space_clipped_identity(n_success, n_failure):
     ident = con.contrastive_identity(n_success, n_failure, clipped=True)
-    args = (*ident.old_probs, *ident.ratios, con.w_plus_sym, con.w_minus_sym, con.clip_eps)
+    args = (*ident.prev_probs, *ident.ratios, con.w_plus_sym, con.w_minus_sym, con.clip_eps)
     lhs = sp.lambdify(args, ident.per_sample, "numpy")
     rhs = sp.lambdify(args, ident.contrastive, "numpy")
     rng = np.random.default_rng(2)
@@ -60,7 +60,7 @@ def test_unclipped_identity_is_importance_sampling():
     from grpo_companion.symbolic.symbols import p
 
     w = calibration_weights()
-    q1, q2, q3, q4 = ident.old_probs
+    q1, q2, q3, q4 = ident.prev_probs
     at_old = ident.contrastive.subs({x: 1 for x in ident.ratios})
     at_old = at_old.subs({q2: p - q1, q4: 1 - p - q3})
     at_old = at_old.subs({con.w_plus_sym: w.w_plus, con.w_minus_sym: w.w_minus})

@@ -286,10 +286,10 @@ def test_committed_unclipped_drift_smaller_than_clipped(mu):
 
 # ------------------------------------------------------------------ bad input
 @pytest.mark.parametrize("kwargs, name", [
-    ({"old_policy": [0.5, 0.6, -0.1]}, "old_policy"),
-    ({"old_policy": [1.0, 0.0]}, "old_policy"),
-    ({"old_policy": [1.0]}, "old_policy"),
-    ({"old_policy": [[0.5, 0.5]]}, "old_policy"),
+    ({"prev_policy": [0.5, 0.6, -0.1]}, "prev_policy"),
+    ({"prev_policy": [1.0, 0.0]}, "prev_policy"),
+    ({"prev_policy": [1.0]}, "prev_policy"),
+    ({"prev_policy": [[0.5, 0.5]]}, "prev_policy"),
     ({"n_steps": -1}, "n_steps"),
     ({"n_steps": 1.5}, "n_steps"),
     ({"n_steps": 10**15}, "n_steps"),
@@ -304,9 +304,9 @@ def test_committed_unclipped_drift_smaller_than_clipped(mu):
     ({"eps": -1.0}, "eps"),
 ])
 def test_bad_input_names_the_parameter(kwargs, name):
-    args = {"old_policy": OLD, "n_steps": 2, "lr": 1.0, "clip_eps": KAPPA, "group_size": 2,
+    args = {"prev_policy": OLD, "n_steps": 2, "lr": 1.0, "clip_eps": KAPPA, "group_size": 2,
             "p": Q} | kwargs
-    old = args.pop("old_policy")
+    old = args.pop("prev_policy")
     with pytest.raises(ValueError, match=name):
         clip_bias.expected_drift(old, **args)
 

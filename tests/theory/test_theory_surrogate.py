@@ -149,7 +149,7 @@ def test_input_validation():
         sg.monte_carlo_surrogate(pi, old, mask, 1)
     with pytest.raises(ValueError, match="ratio"):
         sg.clipped_objective(-1.0, 1.0, 0.2)
-    with pytest.raises(ValueError, match="old_policy"):
+    with pytest.raises(ValueError, match="prev_policy"):
         sg.surrogate(pi, old * 2, mask)
     with pytest.raises(ValueError, match="success_mask"):
         sg.surrogate(pi, old, np.full(pi.size, 2))

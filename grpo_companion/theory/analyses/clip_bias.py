@@ -102,14 +102,14 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------ checks
-def _check_old_policy(old_policy: ArrayLike) -> np.ndarray:
+def _check_prev_policy(prev_policy: ArrayLike) -> np.ndarray:
     """A single probability vector over ``K >= 2`` outputs, every entry > 0."""
-    old = check_probability_vector("old_policy", old_policy)
+    old = check_probability_vector("prev_policy", prev_policy)
     if old.ndim != 1 or old.size < 2:
-        raise ValueError(f"old_policy must be a single (1-D) probability vector over K >= 2 "
+        raise ValueError(f"prev_policy must be a single (1-D) probability vector over K >= 2 "
                          f"outputs, got shape {old.shape}")
     if np.any(old <= 0):
-        raise ValueError(f"old_policy must have every entry in (0, 1] (the ratios divide by "
+        raise ValueError(f"prev_policy must have every entry in (0, 1] (the ratios divide by "
                          f"it), got {float(old[old <= 0][0])!r}")
     return old
 
@@ -164,7 +164,7 @@ def _gradient(z: np.ndarray, log_old: np.ndarray, o: np.ndarray, a: np.ndarray,
 
 def group_surrogate(
     logits: ArrayLike,
-    old_policy: ArrayLike,
+    prev_policy: ArrayLike,
     outputs: ArrayLike,
     advantages: ArrayLike,
     clip_eps: float | None = None,
@@ -179,7 +179,7 @@ def group_surrogate(
     ----------
     logits : array_like, shape (..., K)
         Logits ``z`` of the current policy.
-    old_policy : array_like, shape (K,)
+    prev_policy : array_like, shape (K,)
         ``pi_old``, every entry > 0.
     outputs : array_like of int, shape (..., G)
         Sampled output indices of each group.
@@ -192,7 +192,7 @@ def group_surrogate(
     -------
     ndarray, shape (...)
     """
-    old = _check_old_policy(old_policy)
+    old = _check_prev_policy(prev_policy)
     c = _check_clip(clip_eps)
     o, a = _check_group(old, outputs, advantages)
     z = _check_logits(logits, old.size)
@@ -211,7 +211,7 @@ def _check_logits(logits: ArrayLike, k: int) -> np.ndarray:
 
 def group_surrogate_gradient(
     logits: ArrayLike,
-    old_policy: ArrayLike,
+    prev_policy: ArrayLike,
     outputs: ArrayLike,
     advantages: ArrayLike,
     clip_eps: float | None = None,
@@ -221,7 +221,7 @@ def group_surrogate_gradient(
     ``dS/dz = (1/G) sum_i 1{term i not clipped} A_i x_i (e_{o_i} - softmax(z))``
     (a clipped term is constant in ``z``). Its entries sum to zero.
     """
-    old = _check_old_policy(old_policy)
+    old = _check_prev_policy(prev_policy)
     c = _check_clip(clip_eps)
     o, a = _check_group(old, outputs, advantages)
     z = _check_logits(logits, old.size)
@@ -250,7 +250,7 @@ def _round(log_old: np.ndarray, o: np.ndarray, a: np.ndarray, steps: int, lr: fl
 
 
 def group_round_logits(
-    old_policy: ArrayLike,
+    prev_policy: ArrayLike,
     outputs: ArrayLike,
     advantages: ArrayLike,
     *,
@@ -269,7 +269,7 @@ def group_round_logits(
     ndarray, shape (..., K)
         ``z_mu``; ``softmax`` of it is the new policy.
     """
-    old = _check_old_policy(old_policy)
+    old = _check_prev_policy(prev_policy)
     c = _check_clip(clip_eps)
     o, a = _check_group(old, outputs, advantages)
     mu = _check_steps(n_steps)
@@ -299,7 +299,7 @@ class EnumeratedGroups:
 
 
 def enumerate_groups(
-    old_policy: ArrayLike,
+    prev_policy: ArrayLike,
     group_size: int,
     p: float = 0.5,
     calibration: Calibration | None = None,
@@ -310,11 +310,11 @@ def enumerate_groups(
     ``N = K^G 2^G`` groups: 1296 for ``K = 3``, ``G = 4``; the count grows
     quickly with ``G`` (``check_memory`` refuses what does not fit).
 
-    Outputs are i.i.d. from ``old_policy``, rewards i.i.d. Bernoulli(``p``); the
+    Outputs are i.i.d. from ``prev_policy``, rewards i.i.d. Bernoulli(``p``); the
     advantages are :func:`~grpo_companion.theory.group_advantages` of the rewards
     (default calibration: the paper's eq. (4)).
     """
-    old = _check_old_policy(old_policy)
+    old = _check_prev_policy(prev_policy)
     g = check_count("group_size", group_size, 2)
     qq = float(check_scalar_array("p", check_probability("p", p)))
     cal = resolve_calibration(calibration, **calibration_kwargs)
@@ -361,7 +361,7 @@ class ClipDrift:
 
 
 def expected_drift(
-    old_policy: ArrayLike,
+    prev_policy: ArrayLike,
     *,
     n_steps: int,
     lr: float,
@@ -381,7 +381,7 @@ def expected_drift(
 
     Parameters
     ----------
-    old_policy : array_like, shape (K,)
+    prev_policy : array_like, shape (K,)
         ``pi_old``, every entry > 0.
     n_steps : int in [0, 10**6]
         Inner gradient steps per round, ``mu``.
@@ -396,7 +396,7 @@ def expected_drift(
     calibration : Calibration, optional
         Group whitening (default :class:`~grpo_companion.theory.Calibration`, eq. 4).
     """
-    old = _check_old_policy(old_policy)
+    old = _check_prev_policy(prev_policy)
     c = _check_clip(clip_eps)
     mu = _check_steps(n_steps)
     eta = float(check_real("lr", lr, 0.0, scalar=True))
@@ -435,7 +435,7 @@ class SampledClipDrift:
 
 
 def sampled_drift(
-    old_policy: ArrayLike,
+    prev_policy: ArrayLike,
     *,
     n_steps: int,
     lr: float,
@@ -451,14 +451,14 @@ def sampled_drift(
 
     The sampled counterpart of :func:`expected_drift` (module docstring, steps 1-4):
     ``n_samples`` independent groups, each of ``group_size`` outputs drawn i.i.d.
-    from ``old_policy`` with i.i.d. Bernoulli(``p``) rewards, whitened by
+    from ``prev_policy`` with i.i.d. Bernoulli(``p``) rewards, whitened by
     :func:`~grpo_companion.theory.group_advantages`; each group takes ``n_steps``
     gradient-ascent steps of size ``lr`` on its clipped surrogate
     (:func:`group_round_logits`), all groups at once. Deterministic given ``seed``.
 
     Parameters
     ----------
-    old_policy : array_like, shape (K,)
+    prev_policy : array_like, shape (K,)
         ``pi_old``, every entry > 0.
     n_steps : int in [0, 10**6]
         Inner gradient steps per round, ``mu``.
@@ -477,7 +477,7 @@ def sampled_drift(
     calibration : Calibration, optional
         Group whitening (default :class:`~grpo_companion.theory.Calibration`, eq. 4).
     """
-    old = _check_old_policy(old_policy)
+    old = _check_prev_policy(prev_policy)
     c = _check_clip(clip_eps)
     mu = _check_steps(n_steps)
     eta = float(check_real("lr", lr, 0.0, scalar=True))

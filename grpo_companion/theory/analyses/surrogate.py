@@ -87,15 +87,15 @@ def clipped_objective(ratio: ArrayLike, advantage: ArrayLike, clip_eps: float | 
     return _clipped(x, a, c)
 
 
-def likelihood_ratio(policy: ArrayLike, old_policy: ArrayLike) -> np.ndarray:
+def likelihood_ratio(policy: ArrayLike, prev_policy: ArrayLike) -> np.ndarray:
     """``pi(o) / pi_old(o)`` where ``pi_old(o) > 0`` and 0 elsewhere.
 
-    ``policy`` must give no mass where ``old_policy`` gives none (absolute
+    ``policy`` must give no mass where ``prev_policy`` gives none (absolute
     continuity), otherwise importance sampling from ``pi_old`` cannot see it.
     """
     pi = check_probability_vector("policy", policy)
-    old = check_probability_vector("old_policy", old_policy)
-    pi, old = broadcast(policy=pi, old_policy=old)
+    old = check_probability_vector("prev_policy", prev_policy)
+    pi, old = broadcast(policy=pi, prev_policy=old)
     return _likelihood_ratio(pi, old)
 
 
@@ -103,8 +103,8 @@ def _likelihood_ratio(pi: np.ndarray, old: np.ndarray) -> np.ndarray:
     unseen = (old == 0) & (pi > 0)
     if unseen.any():
         raise ValueError(
-            "policy must be absolutely continuous w.r.t. old_policy: it gives mass "
-            f"{float(pi[unseen].flat[0])!r} to an outcome where old_policy is 0"
+            "policy must be absolutely continuous w.r.t. prev_policy: it gives mass "
+            f"{float(pi[unseen].flat[0])!r} to an outcome where prev_policy is 0"
         )
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(old > 0, pi / np.where(old > 0, old, 1.0), 0.0)
@@ -113,15 +113,15 @@ def _likelihood_ratio(pi: np.ndarray, old: np.ndarray) -> np.ndarray:
 def _advantage(
     old: np.ndarray, mask: np.ndarray, cal: Calibration
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    p_old = np.sum(np.where(mask, old, 0.0), axis=-1)
-    w_plus, w_minus = cal.weights(p_old)
+    p_prev = np.sum(np.where(mask, old, 0.0), axis=-1)
+    w_plus, w_minus = cal.weights(p_prev)
     adv = np.where(mask, w_plus[..., None], -w_minus[..., None])
-    return p_old, w_plus, w_minus, adv
+    return p_prev, w_plus, w_minus, adv
 
 
 def surrogate(
     policy: ArrayLike,
-    old_policy: ArrayLike,
+    prev_policy: ArrayLike,
     success_mask: ArrayLike,
     *,
     clip_eps: float | None = None,
@@ -130,25 +130,25 @@ def surrogate(
 ) -> np.ndarray:
     """Exact ``E_{o ~ pi_old}[f(pi(o)/pi_old(o), A(o))]`` (GRPO-Clip, or GRPO if no clipping).
 
-    The advantage is ``+w+(p_old)`` on successes and ``-w-(p_old)`` on
-    failures, ``p_old`` being the probability of success of ``old_policy``.
+    The advantage is ``+w+(p_prev)`` on successes and ``-w-(p_prev)`` on
+    failures, ``p_prev`` being the probability of success of ``prev_policy``.
     Policies may be batched on leading axes; the last axis runs over outcomes.
     """
     cal = resolve_calibration(calibration, **calibration_kwargs)
     c = check_clip_eps(clip_eps)
-    x, old, mask = _prepare(policy, old_policy, success_mask)
+    x, old, mask = _prepare(policy, prev_policy, success_mask)
     _, _, _, adv = _advantage(old, mask, cal)
     return np.sum(old * _clipped(x, adv, c), axis=-1)
 
 
 def _prepare(
-    policy: ArrayLike, old_policy: ArrayLike, success_mask: ArrayLike
+    policy: ArrayLike, prev_policy: ArrayLike, success_mask: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Checked likelihood ratio, old policy and success mask, broadcast to one shape."""
     pi = check_probability_vector("policy", policy)
-    old = check_probability_vector("old_policy", old_policy)
+    old = check_probability_vector("prev_policy", prev_policy)
     mask = check_success_mask(success_mask)
-    pi, old, mask = broadcast(policy=pi, old_policy=old, success_mask=mask)
+    pi, old, mask = broadcast(policy=pi, prev_policy=old, success_mask=mask)
     return _likelihood_ratio(pi, old), old, mask
 
 
@@ -164,7 +164,7 @@ class ContrastiveTerms:
 
     Attributes
     ----------
-    p_old, w_plus, w_minus:
+    p_prev, w_plus, w_minus:
         Probability of success of ``pi_old`` and the calibration weights at it.
     success_term:
         ``E_old[min(x, 1 + c) 1{r=1}]`` (``P_pi(r=1)`` without clipping).
@@ -172,7 +172,7 @@ class ContrastiveTerms:
         ``E_old[max(x, 1 - c) 1{r=0}]`` (``P_pi(r=0)`` without clipping).
     """
 
-    p_old: np.ndarray
+    p_prev: np.ndarray
     w_plus: np.ndarray
     w_minus: np.ndarray
     success_term: np.ndarray
@@ -189,17 +189,17 @@ class ContrastiveTerms:
 
         ``w+ E_old[min(x, 1+c) | r=1] - w- E_old[max(x, 1-c) | r=0]``: the
         literal reading of the first display of Section 2.2, which drops the
-        event masses ``p_old`` and ``1 - p_old``. It is not the surrogate.
+        event masses ``p_prev`` and ``1 - p_prev``. It is not the surrogate.
         """
         return (
-            self.w_plus * self.success_term / self.p_old
-            - self.w_minus * self.failure_term / (1.0 - self.p_old)
+            self.w_plus * self.success_term / self.p_prev
+            - self.w_minus * self.failure_term / (1.0 - self.p_prev)
         )
 
 
 def contrastive_terms(
     policy: ArrayLike,
-    old_policy: ArrayLike,
+    prev_policy: ArrayLike,
     success_mask: ArrayLike,
     *,
     clip_eps: float | None = None,
@@ -214,18 +214,18 @@ def contrastive_terms(
     """
     cal = resolve_calibration(calibration, **calibration_kwargs)
     c = check_clip_eps(clip_eps)
-    x, old, mask = _prepare(policy, old_policy, success_mask)
-    p_old, w_plus, w_minus, _ = _advantage(old, mask, cal)
+    x, old, mask = _prepare(policy, prev_policy, success_mask)
+    p_prev, w_plus, w_minus, _ = _advantage(old, mask, cal)
     up = x if c is None else np.minimum(x, 1.0 + c)
     down = x if c is None else np.maximum(x, 1.0 - c)
     success = np.sum(np.where(mask, old * up, 0.0), axis=-1)
     failure = np.sum(np.where(mask, 0.0, old * down), axis=-1)
-    return ContrastiveTerms(p_old, w_plus, w_minus, success, failure)
+    return ContrastiveTerms(p_prev, w_plus, w_minus, success, failure)
 
 
 def contrastive_form(
     policy: ArrayLike,
-    old_policy: ArrayLike,
+    prev_policy: ArrayLike,
     success_mask: ArrayLike,
     *,
     clip_eps: float | None = None,
@@ -234,7 +234,7 @@ def contrastive_form(
 ) -> np.ndarray:
     """``w+ E_old[min(x, 1+c) 1{r=1}] - w- E_old[max(x, 1-c) 1{r=0}]`` (eq. 5 without clipping)."""
     return contrastive_terms(
-        policy, old_policy, success_mask, clip_eps=clip_eps, calibration=calibration,
+        policy, prev_policy, success_mask, clip_eps=clip_eps, calibration=calibration,
         **calibration_kwargs,
     ).value
 
@@ -250,7 +250,7 @@ class MonteCarloEstimate:
 
 def monte_carlo_surrogate(
     policy: ArrayLike,
-    old_policy: ArrayLike,
+    prev_policy: ArrayLike,
     success_mask: ArrayLike,
     n_samples: int,
     *,
@@ -259,9 +259,9 @@ def monte_carlo_surrogate(
     calibration: Calibration | None = None,
     **calibration_kwargs: Any,
 ) -> MonteCarloEstimate:
-    """Estimate :func:`surrogate` from ``n_samples`` outcomes drawn i.i.d. from ``old_policy``.
+    """Estimate :func:`surrogate` from ``n_samples`` outcomes drawn i.i.d. from ``prev_policy``.
 
-    The advantage uses the exact ``p_old`` (the paper's population weights),
+    The advantage uses the exact ``p_prev`` (the paper's population weights),
     so the estimator is unbiased; ``stderr`` is the sample standard deviation
     (``ddof=1``) over ``sqrt(n_samples)``. Only single (1-D) policies.
     """
@@ -270,11 +270,11 @@ def monte_carlo_surrogate(
     check_seed("rng", rng, allow_none=True)
     c = check_clip_eps(clip_eps)
     cal = resolve_calibration(calibration, **calibration_kwargs)
-    for name, value in (("policy", policy), ("old_policy", old_policy)):
+    for name, value in (("policy", policy), ("prev_policy", prev_policy)):
         if check_probability_vector(name, value).ndim != 1:
             raise ValueError(f"{name} must be a single 1-D policy, got shape "
                              f"{np.shape(value)}")
-    x, old, mask = _prepare(policy, old_policy, success_mask)
+    x, old, mask = _prepare(policy, prev_policy, success_mask)
     if mask.ndim != 1:
         raise ValueError(f"success_mask must be 1-D like the policies (a single policy), "
                          f"got shape {np.shape(success_mask)}")
