@@ -11,8 +11,9 @@ Fixed points of ``L -> alpha L_ref + (1 - alpha) L + Omega(L) / beta`` with
 (cell-independent) extrema of ``Omega'`` the derivative ``g'`` is monotone,
 so each such piece holds at most one critical point of ``g``; between
 critical points ``g`` is monotone and holds at most one root. Every root is
-therefore bracketed and refined by vectorised, bracket-safeguarded Newton
-steps. No per-cell Python loop is used.
+therefore bracketed and refined by SciPy's vectorised bracketing root finder
+(``scipy.optimize.elementwise.find_root``, Chandrupatla's method), all
+brackets at once. No per-cell Python loop is used.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
+from scipy.optimize.elementwise import find_root
 
 from grpo_companion.validation import (
     broadcast,
@@ -54,7 +56,8 @@ def scan_roots(
     out), and each bracket with a sign change is bisected to adjacent floats, all brackets
     at once. Two roots closer than the grid spacing (near a saddle-node) can be missed.
     Returns shape ``(cells, width)``, each row sorted and padded with NaN. Used by the maps
-    of :mod:`grpo_companion.theory.clipped` and :mod:`grpo_companion.theory.sample_weighting`.
+    of :mod:`grpo_companion.theory.analyses.clipped` and
+    :mod:`grpo_companion.theory.analyses.sample_weighting`.
     """
     n = lo_end.shape[0]
     a0, a1 = np.arcsinh(lo_end)[:, None], np.arcsinh(hi_end)[:, None]
@@ -82,55 +85,51 @@ def scan_roots(
     return out
 
 
-def _midpoint(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Bisection point in ``asinh`` coordinates: arithmetic for nearby ends, geometric
-    for ends of very different size (brackets can reach ``1e150`` when ``eps`` is tiny)."""
-    mid = np.sinh(0.5 * (np.arcsinh(a) + np.arcsinh(b)))
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    return np.where((mid > lo) & (mid < hi), mid, 0.5 * (a + b))
-
-
-def _newton_bracketed(
-    f: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+def bracketed_roots(
+    f: Callable[[np.ndarray, np.ndarray], np.ndarray | tuple[np.ndarray, ...]],
     a: np.ndarray,
     b: np.ndarray,
-    fa: np.ndarray,
-    fb: np.ndarray,
-    max_iter: int = 400,
+    fa: np.ndarray | None = None,
+    fb: np.ndarray | None = None,
+    *,
+    xtol: float = _XTOL,
 ) -> np.ndarray:
-    """Roots of ``f`` on brackets ``[a, b]`` (``fa * fb < 0``), elementwise.
+    """One root of ``f`` in each bracket ``[a, b]`` (a sign change), all brackets at once.
 
-    ``f(x, idx)`` returns the value and the derivative. A Newton step is taken
-    when it stays inside the current bracket and at least halves the step made
-    two iterations earlier; otherwise the bracket is bisected (as in
-    Numerical Recipes' ``rtsafe``). The bracket is updated with every evaluation.
+    ``f(x, idx)`` evaluates bracket ``idx`` at ``x`` elementwise and returns the value (or a
+    tuple whose first entry is the value; a derivative after it is ignored). ``fa`` and
+    ``fb``, the values at the ends, are optional: an end where ``f`` is 0 is returned as it
+    is. The root is refined by SciPy's vectorised Chandrupatla iteration
+    (``scipy.optimize.elementwise.find_root``) until the bracket is narrower than
+    ``xtol * (1 + |x|)``; of its two final ends the one with the smaller ``|f|`` is
+    returned. With the default ``xtol`` (four float64 epsilons) this is what the
+    safeguarded Newton iteration it replaces reached, at a third of its evaluations
+    (``tests/theory/test_root_finders.py`` checks it against mpmath at 50 digits;
+    ``benchmarks/bench_root_finders.py`` times both).
     """
-    out = np.empty(a.size)
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     idx = np.arange(a.size)
-    x = np.where(np.abs(fa) < np.abs(fb), a, b)
-    step_old = np.abs(b - a)
-    step = step_old.copy()
-    for _ in range(max_iter):
-        if idx.size == 0:
-            break
-        fx, dfx = f(x, idx)
-        like_a = np.sign(fx) == np.sign(fa)
-        a = np.where(like_a, x, a)
-        b = np.where(like_a, b, x)
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            nxt = x - fx / dfx
-        lo, hi = np.minimum(a, b), np.maximum(a, b)
-        newton = (nxt > lo) & (nxt < hi) & (np.abs(nxt - x) <= 0.5 * step_old)
-        nxt = np.where(newton, nxt, _midpoint(a, b))
-        step_old, step = step, np.abs(nxt - x)
-        tol = _XTOL * np.maximum(1.0, np.abs(x))
-        done = (fx == 0) | (step <= tol) | (hi - lo <= tol)
-        out[idx[done]] = np.where(fx[done] == 0, x[done], nxt[done])
-        keep = ~done
-        a, b, fa, x, idx = a[keep], b[keep], fa[keep], nxt[keep], idx[keep]
-        step_old, step = step_old[keep], step[keep]
-    out[idx] = x
-    return out
+    if a.size == 0:
+        return np.empty(0)
+
+    def value(x: np.ndarray, i: np.ndarray) -> np.ndarray:
+        out = f(x, i)
+        return out[0] if isinstance(out, tuple) else out
+
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        res = find_root(value, (lo, hi), args=(idx,),
+                        tolerances={"xatol": xtol, "xrtol": xtol, "fatol": 0.0})
+    x = np.asarray(res.x, dtype=np.float64)
+    if fa is not None:
+        x = np.where(np.asarray(fa) == 0, a, x)
+    if fb is not None:
+        x = np.where(np.asarray(fb) == 0, b, x)
+    return x
+
+
+#: The name :mod:`grpo_companion.theory.regimes` imports (it passes value and slope).
+_newton_bracketed = bracketed_roots
 
 
 def _critical_points(cal: Calibration, slope: np.ndarray) -> np.ndarray:
@@ -204,8 +203,8 @@ def _fixed_points_flat(lr: np.ndarray, c: np.ndarray, cal: Calibration) -> np.nd
     roots = np.full(left.shape, np.nan)
     if has.any():
         rows, js = np.nonzero(has)
-        roots[rows, js] = _newton_bracketed(
-            lambda x, i: g_and_slope(x, rows[i]),
+        roots[rows, js] = bracketed_roots(
+            lambda x, i: g(x, rows[i]),
             knots[rows, js], knots[rows, js + 1], left[rows, js], right[rows, js],
         )
     return roots
