@@ -43,10 +43,12 @@ def _check_table(calibration: object, g: int, plus: np.ndarray, minus: np.ndarra
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
             rule = ("must be finite" if problem == "not finite" else
-                    "are magnitudes (a success gets +plus, a failure -minus) and must be >= 0")
+                    "are magnitudes (a success gets +gain_plus, a failure -gain_minus) and "
+                    "must be >= 0")
             raise ValueError(
                 f"normalisation {name!r}: gains are {problem} for group size {g} at k = {k} "
-                f"successes (plus={plus[k]!r}, minus={minus[k]!r}); gains {rule} for every "
+                f"successes (gain_plus={plus[k]!r}, gain_minus={minus[k]!r}); gains {rule} "
+                f"for every "
                 f"0 < k < G (here {int(bad.sum())} of the {g - 1} values of k fail)")
 
 

@@ -49,7 +49,7 @@ def group_gains(
 
 
 def group_table(calibration: object, group_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(plus[k], minus[k])`` for ``k = 0..G`` successes, from the calibration's definition.
+    """The gains ``(gain_plus[k], gain_minus[k])`` for ``k = 0..G`` successes, from the definition.
 
     Entry ``k`` is the advantage magnitude of a success and of a failure in a
     group of ``group_size`` samples with ``k`` successes; ``k = 0`` and

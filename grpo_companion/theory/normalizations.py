@@ -7,11 +7,20 @@ all equal gets advantage 0): the advantage ``+g+(k, n)`` of each success and
 ``k / n -> p``) these become the paper's weights ``w+(p)``, ``w-(p)``
 (eqs. 3, 4 and 13), and ``Omega = w+ + w-`` drives every PoS map.
 
-A normalisation is registered as **one function**::
+Two words, kept apart throughout the package: a normalisation's **gains**
+``g+(k, n)``, ``g-(k, n)`` are what one group gives a success and a failure (public
+names ``gains``, ``gain_plus``, ``gain_minus``,
+:func:`~grpo_companion.theory.finite_group.group_gains`);
+the **weights** ``w+(p)``, ``w-(p)`` are their population limit, or their expectation
+over the groups drawn at PoS ``p`` (``w_plus``, ``w_minus``,
+:func:`~grpo_companion.theory.weights`,
+:func:`~grpo_companion.theory.finite_group.group_weights_of_logit`).
+
+A normalisation is registered as **one function**, its gains::
 
     def gains(succ, fail, n, cal, ops):
         ...
-        return plus, minus
+        return gain_plus, gain_minus
 
 - ``succ``, ``fail``: the group's shares of successes and failures,
   ``k / n`` and ``(n - k) / n``; for the population, ``p`` and ``1 - p``
@@ -101,7 +110,7 @@ class Normalization:
     ----------
     name : str
     gains : callable
-        ``gains(succ, fail, n, cal, ops) -> (plus, minus)``, the definition.
+        ``gains(succ, fail, n, cal, ops) -> (gain_plus, gain_minus)``, the definition.
     summary : str
         One line for tables: what it does and where it comes from.
     uses_eps, uses_ddof : bool
@@ -219,7 +228,8 @@ def _check_per_group(name: str, gains: Callable[..., tuple[Any, Any]]) -> None:
         except Exception as err:  # noqa: BLE001 - report any failure as a bad registration
             raise ValueError(
                 f"normalisation {name!r}: gains(succ, fail, n, cal, ops) failed on numpy arrays "
-                f"({type(err).__name__}: {err}); it must return (plus, minus) for arrays of "
+                f"({type(err).__name__}: {err}); it must return (gain_plus, gain_minus) for "
+                "arrays of "
                 "group shares, for a group size n and for n=None (the population)") from err
         together = np.stack([plus, minus], axis=1)
         if not np.all(np.isfinite(together)) or not all(np.all(np.isfinite(x)) for x in pop):
@@ -228,7 +238,8 @@ def _check_per_group(name: str, gains: Callable[..., tuple[Any, Any]]) -> None:
                              f"n={n}")
         if np.any(together < 0) or any(np.any(x < 0) for x in pop):
             raise ValueError(f"normalisation {name!r}: gains are magnitudes (a success gets "
-                             f"+plus, a failure -minus) and must be >= 0; got {together.tolist()}")
+                             f"+gain_plus, a failure -gain_minus) and must be >= 0; got "
+                             f"{together.tolist()}")
         if not np.array_equal(together, np.array(alone)):
             raise ValueError(
                 f"normalisation {name!r}: the advantage of a group depends on the other groups "
@@ -284,7 +295,7 @@ def register_normalization(
     name : str
         The value of ``Calibration(normalization=...)`` that selects it.
     gains : callable
-        ``gains(succ, fail, n, cal, ops) -> (plus, minus)``; see the module docstring.
+        ``gains(succ, fail, n, cal, ops) -> (gain_plus, gain_minus)``; see the module docstring.
     summary : str
         One line for tables.
     uses_eps, uses_ddof : bool

@@ -367,7 +367,7 @@ def positive_only_gains(succ: Any, fail: Any, n: int | None, cal: Any,
     """PSR as a normalisation: the paper's whitening (eq. 4) on successes, 0 on failures.
 
     ``(c+, c-) = (1, 0)`` of :data:`VARIANT_SCALES`: a success in a group of ``n``
-    with ``k`` successes gets ``+plus(k, n)`` of ``"mean_std"``, a failure 0. In the
+    with ``k`` successes gets the gain ``+g+(k, n)`` of ``"mean_std"``, a failure 0. In the
     form :func:`~grpo_companion.theory.register_normalization` takes (runs on numpy
     arrays and SymPy symbols; registered by :func:`register_sample_variants`).
     """
