@@ -16,7 +16,8 @@ outputs that are verified or not) with groups of ``G``:
 - :func:`softmax_expected_gradient`: the exact expected gradient, in the logits of a
   tabular softmax over several outputs, of GRPO's loss on policy (sampled training
   in expectation), with the forward-KL penalty; :func:`correct_share_entropy` the
-  entropy of the policy among the verified outputs.
+  entropy of the policy among the verified outputs, and :func:`expected_gradient_flow`
+  the ascent along that gradient from the reference (chapter 12, section 7).
 
 Each is checked against TRL's own code in ``tests/practice/test_log_answers.py``
 (:class:`~grpo_companion.practice.trl_bandit.TRLBandit`).
@@ -33,11 +34,13 @@ from scipy import optimize, stats
 from grpo_companion import theory
 from grpo_companion.theory.calibration import Calibration
 from grpo_companion.theory.finite_group import group_table
+from grpo_companion.validation import check_count
 
 __all__ = [
     "beta0_drift",
     "beta0_tail",
     "correct_share_entropy",
+    "expected_gradient_flow",
     "kl_on_mixed_groups_fixed_point",
     "softmax_expected_gradient",
 ]
@@ -157,3 +160,41 @@ def correct_share_entropy(theta: Any, correct: Any) -> float:
     t = theta[correct]
     q = np.exp(t - np.logaddexp.reduce(t))
     return float(-np.sum(q * np.log(q)))
+
+
+def expected_gradient_flow(theta_ref: Any, correct: Any, calibration: Calibration,
+                           beta: float, n_steps: int = 3000, eta: float = 0.1,
+                           pair: tuple[int, int] = (0, 1),
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ascent along :func:`softmax_expected_gradient` from the reference, step by step.
+
+    ``theta_{n+1} = theta_n + eta g(theta_n)`` from ``theta_0 = theta_ref``, with ``g`` the
+    exact expected on-policy ascent direction of GRPO's loss (sampled training in
+    expectation, forward-KL weight ``beta``; ``beta = 0``: no KL), for ``n_steps`` steps.
+    Returns three arrays of length ``n_steps + 1`` (the start first): the ratio
+    ``pi(a) / pi(b)`` of the two outputs ``pair = (a, b)``, the entropy among the verified
+    outputs (:func:`correct_share_entropy`) and the PoS ``pi(verified)``. Theorem 1's
+    optimum keeps the ratio of two verified outputs at the reference's; this flow shows
+    that sampled training moves it (rank bias), and that with ``beta > 0`` it comes back.
+    """
+    theta_ref = np.asarray(theta_ref, dtype=np.float64)
+    n_steps = check_count("n_steps", n_steps, 0)
+    if not (isinstance(eta, int | float) and not isinstance(eta, bool) and eta > 0
+            and math.isfinite(eta)):
+        raise ValueError(f"eta must be a finite number > 0, got {eta!r}")
+    if not (isinstance(beta, int | float) and not isinstance(beta, bool) and beta >= 0
+            and math.isfinite(beta)):
+        raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
+    if not (isinstance(pair, tuple | list) and len(pair) == 2):
+        raise ValueError(f"pair must be two output indices (a, b), got {pair!r}")
+    a, b = (check_count("pair", i, 0, theta_ref.size - 1) for i in pair)
+    theta = theta_ref.copy()
+    ratio, entropy, pos = [], [], []
+    for _ in range(n_steps + 1):
+        pi = np.exp(theta - np.logaddexp.reduce(theta))
+        ratio.append(pi[a] / pi[b])
+        entropy.append(correct_share_entropy(theta, correct))
+        pos.append(pi[np.asarray(correct, dtype=bool)].sum())
+        theta = theta + eta * softmax_expected_gradient(theta, theta_ref, correct, calibration,
+                                                        beta)
+    return np.array(ratio), np.array(entropy), np.array(pos)

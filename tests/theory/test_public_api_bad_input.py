@@ -609,6 +609,13 @@ OVERRIDES.update({
         "path": Kind([0.3, 0.2, 0.25, 0.25], {"nan": [0.3, NAN], "None": None, "str": "x",
                                               "bool": True, "empty": [], "two_d": [[0.1, 0.2]],
                                               "inf_end": [0.1, INF], "object": [0.1, None]})},
+    # chapter 8's predictions (theory.analyses.trained_loss)
+    "predictor_paths": {
+        "beta": _PER_PROMPT_BETA,
+        "recurrences": Kind({"r": ("k3", "divergence", 0.3)},
+                            {"None": None, "empty": {}, "list": [("k3", "divergence", 0.3)],
+                             "baseline_name": {"no change": ("k3", "divergence", 0.3)},
+                             "two": {"r": ("k3", 0.3)}, "str": "r"})},
     # chapter 5's Remark 2 threshold (theory.analyses.beta_sweep)
     "stable_from": {"stable": Kind([True], {"None": None, "int": [1], "str": "T",
                                             "length": [True, False], "scalar": True})},

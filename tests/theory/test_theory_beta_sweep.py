@@ -158,3 +158,39 @@ def test_bad_input_names_the_parameter(kwargs, name):
     call = {"p_ref": 0.2, "betas": [1.0, 2.0], **kwargs}
     with pytest.raises(ValueError, match=name):
         beta_sweep.sweep_beta(**call)
+
+
+def _stable_from_by_scan(betas, stable):
+    """The smallest grid beta at and above which every entry is stable, by brute force."""
+    for i in range(len(betas)):
+        if all(stable[i:]):
+            return float(betas[i])
+    return np.nan
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_stable_from_against_the_definition(seed):
+    rng = np.random.default_rng(seed)
+    betas = np.sort(rng.uniform(0.05, 50.0, 12))
+    stable = rng.random(12) < 0.7
+    if seed % 3 == 0:
+        stable[-4:] = True  # a threshold inside the grid
+    got = beta_sweep.stable_from(betas, stable)
+    want = _stable_from_by_scan(betas, stable)
+    assert (np.isnan(got) and np.isnan(want)) or got == want
+    assert beta_sweep.stable_from(betas, np.ones(12, dtype=bool)) == betas[0]
+
+
+def test_stable_from_is_the_sweeps_lowest_stable_from():
+    betas = np.geomspace(0.1, 100.0, 40)
+    sweep = beta_sweep.sweep_beta(1e-4, betas, eps=1e-5)
+    assert beta_sweep.stable_from(betas, sweep.stable[:, 0]) == sweep.lowest_stable_from
+
+
+@pytest.mark.parametrize("betas, stable, name", [
+    ([1.0, 2.0], [True], "stable"), ([1.0, 2.0], [1, 0], "stable"),
+    ([1.0, 2.0], "TT", "stable"), ([2.0, 1.0], [True, True], "betas"),
+    ([], [], "betas")])
+def test_stable_from_refuses_bad_input(betas, stable, name):
+    with pytest.raises(ValueError, match=name):
+        beta_sweep.stable_from(betas, stable)

@@ -39,7 +39,7 @@ from ..logistic import logit
 from ..regimes import classify_dynamics
 from ..roots import fixed_points_logit
 
-__all__ = ["BetaSweep", "sweep_beta"]
+__all__ = ["BetaSweep", "stable_from", "sweep_beta"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,28 @@ def _check_betas(betas: ArrayLike) -> np.ndarray:
             np.any(np.diff(b) <= 0)):
         raise ValueError(f"betas must be {valid}, got {betas!r}")
     return b
+
+
+def stable_from(betas: ArrayLike, stable: ArrayLike) -> float:
+    """Smallest grid ``beta`` from which on a property holds at every larger grid ``beta``.
+
+    ``betas`` is an increasing grid and ``stable`` a boolean of the same length (say, the
+    lowest fixed point is stable, ``beta > B(p*)`` by Lemma 1). Returns ``betas[0]`` when
+    ``stable`` holds everywhere, NaN when it fails at the largest ``beta``, and otherwise the
+    grid value just after the last failure: the threshold of Remark 2 for one prompt, or for
+    a population when ``stable`` holds for all of them. Its resolution is the grid's.
+    """
+    b = _check_betas(betas)
+    if isinstance(stable, bool | np.bool_) or np.asarray(stable).dtype != bool or (
+            np.shape(stable) != b.shape):
+        raise ValueError(f"stable must be a boolean array of the shape of betas {b.shape}, "
+                         f"got {stable!r}")
+    bad = np.flatnonzero(~np.asarray(stable))
+    if bad.size == 0:
+        return float(b[0])
+    if bad[-1] == b.size - 1:
+        return np.nan
+    return float(b[bad[-1] + 1])
 
 
 def _range(values: np.ndarray, where: np.ndarray) -> tuple[float, float]:
@@ -132,13 +154,7 @@ def sweep_beta(
         stable = found & (np.abs(slope) < 1)
     lyap = classify_dynamics(pr, pr, b, alpha=a, n_transient=n_transient, n_measure=n_measure,
                              calibration=cal).lyapunov
-    unstable_low = np.flatnonzero(~stable[:, 0])
-    if unstable_low.size == 0:
-        lowest_from = float(b[0])
-    elif unstable_low[-1] == b.size - 1:
-        lowest_from = np.nan
-    else:
-        lowest_from = float(b[unstable_low[-1] + 1])
+    lowest_from = stable_from(b, stable[:, 0])
     with np.errstate(invalid="ignore"):
         chaotic = lyap > 0
     return BetaSweep(

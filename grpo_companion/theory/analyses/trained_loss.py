@@ -86,6 +86,7 @@ __all__ = [
     "kernel_reference",
     "mean_trajectory",
     "one_step_tv",
+    "predictor_paths",
     "prompt_blind_predictions",
     "relaxation_path_logit",
     "relaxed_path_logit",
@@ -559,6 +560,58 @@ class Verdict:
     ratio: float
     passed: bool
     n_prompts: int
+
+
+#: The name :func:`predictor_paths` gives the :func:`kernel_reference` among its predictions.
+KERNEL_REFERENCE = "kernel reference"
+
+
+def predictor_paths(
+    logit_success: ArrayLike,
+    beta: ArrayLike,
+    steps: ArrayLike,
+    recurrences: Any,
+    fit_logit_success: ArrayLike,
+    fit_beta: ArrayLike,
+    *,
+    group: ArrayLike | None = None,
+    fit_group: ArrayLike | None = None,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> dict[str, np.ndarray]:
+    """Every predictor's logits ``(len(steps), prompts)`` for the judged prompts: chapter 8's
+    predictions, to be scored by :func:`judge`.
+
+    ``logit_success`` are the judged prompts' measured logits at the recorded ``steps``
+    (row 0: each prompt's ``L_ref``), ``beta`` their KL weights (a number or one per
+    prompt). ``recurrences`` maps a name to ``(estimator, step, step_fraction)``: the
+    relaxed recurrence of the trained loss (:func:`relaxed_path_logit` from each prompt's
+    own ``L_ref`` and ``beta``, read at ``steps``), for each fitted step fraction. Then come
+    the prompt-blind baselines fitted on the fit prompts (:func:`prompt_blind_predictions`,
+    with ``group`` and ``fit_group``) and the flexible reference (:func:`kernel_reference`,
+    on ``fit_logit_success`` and ``fit_beta``), under the names :data:`PROMPT_BLIND` and
+    ``"kernel reference"``, in that order.
+    """
+    obs, at = _check_trajectories(logit_success, steps)
+    if not isinstance(recurrences, dict) or not recurrences:
+        raise ValueError(f"recurrences must be a non-empty dict name -> (estimator, step, "
+                         f"step_fraction), got {recurrences!r}")
+    taken = sorted(set(recurrences) & {*PROMPT_BLIND, KERNEL_REFERENCE})
+    if taken:
+        raise ValueError(f"recurrences must not reuse the baselines' names, got {taken}")
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+    out = {}
+    for name, spec in recurrences.items():
+        if not (isinstance(spec, tuple) and len(spec) == 3):
+            raise ValueError(f"recurrences[{name!r}] must be (estimator, step, step_fraction), "
+                             f"got {spec!r}")
+        estimator, step, fraction = spec
+        out[name] = relaxed_path_logit(obs[0], beta, int(at[-1]), fraction, estimator=estimator,
+                                       step=step, calibration=cal)[at]
+    out.update(prompt_blind_predictions(obs, at, fit_logit_success, group=group,
+                                        fit_group=fit_group))
+    out[KERNEL_REFERENCE] = kernel_reference(obs[0], beta, fit_logit_success, fit_beta)
+    return out
 
 
 def judge(
