@@ -581,14 +581,15 @@ _SEEDS_BAD = {"nan": [[0.1, NAN], [0.2, 0.3]], "None": None, "str": "x", "bool":
 _SEEDS = Kind([[0.1, 0.2], [0.3, 0.5]], _SEEDS_BAD)
 _BEFORE = Kind([[0.0, 0.1], [0.2, 0.3]], {**{k: v for k, v in _SEEDS_BAD.items()
                                              if k != "one_seed"}, "shape": [[0.1]]})
-_AXIS = Kind(0, {"float": 0.5, "str": "0", "bool": True, "None": None, "out_of_range": 2,
-                 "below_range": -3})
+_AXIS = Kind(0, {"float": 0.5, "str": "0", "bool": True, "out_of_range": 2,
+                 "below_range": -3})  # None: every entry pooled
 _CURVES = [[0.1, 0.2, 0.3], [0.1, 0.25, 0.3]]
 _CURVES_BAD = {"nan": [[0.1, NAN, 0.3]] * 2, "None": None, "str": "x", "bool": True,
                "inf": [[0.1, INF, 0.3]] * 2, "one_seed": [[0.1, 0.2, 0.3]],
                "length": [[0.1, 0.2]] * 2, "scalar": 0.5}
 OVERRIDES.update({
     "mean_and_standard_error": {"values": _SEEDS, "axis": _AXIS},
+    "t_statistic": {"values": _SEEDS, "axis": _AXIS},
     "paired_difference": {"after": _SEEDS, "before": _BEFORE, "axis": _AXIS},
     "t_p_value": {"t": _elem(2.0, {}), "n_seeds": _count(3, 2)},
     "mean_pass_at_k_of_logit": {

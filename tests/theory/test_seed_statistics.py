@@ -63,3 +63,22 @@ def test_t_p_value_is_twice_the_t_tail():
 def test_bad_input_names_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+@pytest.mark.parametrize("axis", [0, -1, None])
+def test_t_statistic_is_scipy_ttest_1samp(axis):
+    x = np.random.default_rng(5).normal(0.1, 1.0, size=(6, 4))
+    ref = stats.ttest_1samp(x, 0.0, axis=axis)
+    np.testing.assert_allclose(ss.t_statistic(x, axis=axis), ref.statistic, rtol=1e-12)
+    np.testing.assert_allclose(ss.t_p_value(ss.t_statistic(x, axis=axis),
+                                            x.size if axis is None else x.shape[axis]),
+                               ref.pvalue, rtol=1e-10)
+
+
+def test_axis_none_pools_every_entry():
+    x = np.arange(12.0).reshape(3, 4)
+    mean, se = ss.mean_and_standard_error(x, axis=None)
+    assert mean == pytest.approx(5.5)
+    assert se == pytest.approx(stats.sem(x.ravel()))
+    with pytest.raises(ValueError, match="values"):
+        ss.mean_and_standard_error([[1.0]], axis=None)

@@ -9,7 +9,8 @@ standard error and their ratio, the statistic of the paired t-test
 (:func:`scipy.stats.ttest_rel`), with ``n - 1`` degrees of freedom.
 
 The arrays hold the seeds on ``axis`` (default 0, the first); every other axis is carried
-through (one statistic per ``k`` of a pass@k curve, say).
+through (one statistic per ``k`` of a pass@k curve, say). ``axis=None`` pools every entry as
+one sample (independent residuals, say).
 """
 
 from __future__ import annotations
@@ -22,12 +23,17 @@ from scipy import stats
 
 from grpo_companion.validation import check_count, check_real
 
-__all__ = ["PairedDifference", "mean_and_standard_error", "paired_difference", "t_p_value"]
+__all__ = ["PairedDifference", "mean_and_standard_error", "paired_difference", "t_p_value",
+           "t_statistic"]
 
 
-def _check_seeds(name: str, value: ArrayLike, axis: object) -> tuple[np.ndarray, int]:
-    """``value`` as a finite float array with at least two seeds on ``axis``."""
+def _check_seeds(name: str, value: ArrayLike, axis: object) -> tuple[np.ndarray, int | None]:
+    """``value`` as a finite float array with at least two seeds on ``axis`` (``None``: in all)."""
     x = check_real(name, value)
+    if axis is None:
+        if x.size < 2:
+            raise ValueError(f"{name} must hold at least 2 values, got shape {x.shape}")
+        return x, None
     if isinstance(axis, bool | np.bool_) or not isinstance(axis, int | np.integer):
         raise ValueError(f"axis must be an integer axis of {name}, got {axis!r}")
     if x.ndim == 0 or not -x.ndim <= int(axis) < x.ndim:
@@ -40,15 +46,31 @@ def _check_seeds(name: str, value: ArrayLike, axis: object) -> tuple[np.ndarray,
     return x, axis
 
 
-def mean_and_standard_error(values: ArrayLike, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def mean_and_standard_error(values: ArrayLike,
+                            axis: int | None = 0) -> tuple[np.ndarray, np.ndarray]:
     """Mean over seeds and its standard error ``std(ddof=1) / sqrt(n_seeds)``.
 
-    ``values`` holds independent runs on ``axis`` (at least 2); the result drops that
-    axis. The standard error is that of a mean of independent draws: the sample standard
-    deviation with Bessel's correction over the square root of the number of seeds.
+    ``values`` holds independent runs on ``axis`` (at least 2; ``None``: every entry is
+    one); the result drops that axis. The standard error is that of a mean of independent
+    draws: the sample standard deviation with Bessel's correction over the square root of
+    the number of draws.
     """
     x, axis = _check_seeds("values", values, axis)
-    return x.mean(axis=axis)[()], (x.std(axis=axis, ddof=1) / np.sqrt(x.shape[axis]))[()]
+    n = x.size if axis is None else x.shape[axis]
+    return x.mean(axis=axis)[()], (x.std(axis=axis, ddof=1) / np.sqrt(n))[()]
+
+
+def t_statistic(values: ArrayLike, axis: int | None = 0) -> np.ndarray:
+    """One-sample t statistic of a mean against 0: the mean over ``axis`` in standard errors.
+
+    ``mean / (std(ddof=1) / sqrt(n))`` of :func:`mean_and_standard_error` (``axis=None``:
+    over every entry, e.g. residuals that should average 0). Its p-value is
+    :func:`t_p_value` with the number of draws. Values without spread give ``+-inf`` (or
+    NaN when they are all 0), as the division does.
+    """
+    mean, se = mean_and_standard_error(values, axis)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (mean / se)[()]
 
 
 def t_p_value(t: ArrayLike, n_seeds: int) -> np.ndarray:
