@@ -358,7 +358,7 @@ def test_surrogate_is_trls_clipped_per_token_loss(tmp_path):
     (lambda: clipped.clipped_pos_map(0.3, 0.1, 0.0, 0.2), "beta"),
     (lambda: clipped.clipped_pos_map_logit(np.nan, 0.1, 0.5, 0.2), "logit_p"),
     (lambda: clipped.clipped_round_policy([0.5, 0.5], [0.5, 0.6], [1, 0], 1, 0.2, 1, 1),
-     "pi_old"),
+     "pi_prev"),
     (lambda: clipped.clipped_round_policy([0.5, 0.5], [0.5, 0.5], [1, 2], 1, 0.2, 1, 1),
      "success_mask"),
     (lambda: clipped.clipped_round_policy([0.5, 0.5], [0.5, 0.5], [1, 0], 1, 0.2, -1, 1),
