@@ -1,10 +1,12 @@
 """Which fixed point sampled GRPO reaches with each per-sample KL estimator.
 
 Sampled GRPO does not add ``KL(pi || pi_ref)`` to its loss but a per-sample
-estimate ``k(o)`` averaged over outputs ``o`` drawn from ``pi_old`` (the
-estimators of :func:`grpo_companion.rl.losses.kl_penalty`). With ``d = log
-pi_ref(o) - log pi(o)``: ``k1 = -d``, ``k2 = d**2 / 2``, ``k3 = exp(d) - d - 1``
-and ``k3_ratio = (pi / pi_old) k3``. What a gradient step follows is the
+estimate ``k(o)`` averaged over outputs ``o`` drawn from ``pi_old``. Each estimator
+is defined once, in the registry :data:`KL_ESTIMATORS` (its formula in ``d = log
+pi_ref(o) - log pi(o)`` for numpy and torch alike, its score, the divergence it
+follows, a one-line summary); the loss
+(:func:`grpo_companion.rl.losses.kl_penalty`) and this module read it, and
+:func:`register_kl_estimator` adds one to both. What a gradient step follows is the
 *expected gradient* ``grad_theta E_{o ~ pi_old}[k(o)]``; on policy
 (``pi_old = pi``, the first of the mu steps) it is, for a softmax policy with
 logits ``theta``:
@@ -32,7 +34,8 @@ with respect to the success logit ``L``; its zeros are these limits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -59,6 +62,10 @@ __all__ = [
     "KL_ESTIMATORS",
     "KLEstimator",
     "expected_kl_gradient",
+    "kl_estimator_help",
+    "kl_estimator_names",
+    "register_kl_estimator",
+    "unregister_kl_estimator",
     "logit_drift",
     "reverse_kl_fixed_points",
     "reverse_kl_policy",
@@ -96,6 +103,15 @@ class KLEstimator:
         Multiplied by the differentiated importance ratio ``pi / pi_old``.
     trl
         The TRL 1.16 setting that computes it, or ``""``.
+    summary
+        One line for help texts and tables (:func:`kl_estimator_help`).
+    unbiased
+        On policy (``pi_old = pi``) its mean ``E_{o ~ pi}[k(o)]`` is ``KL(pi || anchor)``
+        exactly; otherwise it equals the KL only to second order in ``d``.
+    stable
+        ``stable(logp, anchor_logp, old_logp, xp)``: the ratio-weighted value formed
+        without overflow, the same number as ``exp(logp - old_logp) value(d)``; ``None``:
+        that product. :meth:`per_token` uses it.
     """
 
     formula: str
@@ -104,25 +120,241 @@ class KLEstimator:
     follows: str
     ratio_weighted: bool = False
     trl: str = ""
+    summary: str = ""
+    unbiased: bool = True
+    stable: Callable[[Any, Any, Any, ModuleType], Any] | None = None
+
+    def per_token(self, logp: Any, anchor_logp: Any, old_logp: Any, xp: ModuleType) -> Any:
+        """The per-sample value from the log-probabilities, for ``xp`` numpy or torch.
+
+        ``value(anchor_logp - logp)``, times ``exp(logp - old_logp)`` when
+        ratio-weighted (by :attr:`stable` where given); ``old_logp`` is only read then.
+        :func:`grpo_companion.rl.losses.kl_penalty` is this with ``xp = torch``.
+        """
+        if not self.ratio_weighted:
+            return self.value(anchor_logp - logp, xp)
+        if self.stable is not None:
+            return self.stable(logp, anchor_logp, old_logp, xp)
+        return xp.exp(logp - old_logp) * self.value(anchor_logp - logp, xp)
 
 
-#: The per-sample KL estimators, by the name that ``TrainConfig.kl`` and the theory use. A new
-#: estimator is one entry here (the loss, the trainer's choices and the theory read this dict).
+def _k3_ratio_stable(logp: Any, anchor_logp: Any, old_logp: Any, xp: ModuleType) -> Any:
+    """``(pi / pi_old) k3`` without ``inf * 0``.
+
+    ``exp(logp - old) (e^d - d - 1)``: where the policy has fallen far below the anchor
+    (``d`` large) ``e^d`` overflows while the ratio underflows (``inf * 0 = NaN`` in float32
+    from ``d ~ 88``), so there it is formed as ``exp(anchor - old) - ratio (d + 1)``, the same
+    number without the overflow; near ``d = 0`` that form would cancel, and the product is
+    kept. Each branch sees only its own range of ``d``, so no inf reaches a gradient.
+    """
+    diff = anchor_logp - logp
+    ratio = xp.exp(logp - old_logp)
+    near = xp.clip(diff, max=1.0)
+    far = xp.clip(diff, min=1.0)
+    small = ratio * (xp.expm1(near) - near)
+    large = xp.exp(anchor_logp - old_logp) - ratio * (far + 1.0)
+    return xp.where(diff <= 1.0, small, large)
+
+
+#: The per-sample KL estimators, by the name that ``TrainConfig.kl`` and the theory use: the
+#: one registry that the loss (:func:`grpo_companion.rl.losses.kl_penalty`), the trainer's
+#: choices and help text, and the theory read. Add one with :func:`register_kl_estimator`.
 KL_ESTIMATORS: dict[str, KLEstimator] = {
-    "k1": KLEstimator("-d", lambda d, xp: -d, lambda d, xp: xp.ones_like(d), "none"),
-    "k2": KLEstimator("d**2 / 2", lambda d, xp: 0.5 * (d * d), lambda d, xp: -d, "forward"),
+    "k1": KLEstimator("-d", lambda d, xp: -d, lambda d, xp: xp.ones_like(d), "none",
+                      summary="-d, unbiased on policy but with a zero expected gradient"),
+    "k2": KLEstimator("d**2 / 2", lambda d, xp: 0.5 * (d * d), lambda d, xp: -d, "forward",
+                      summary="d**2 / 2, the KL to second order, follows grad KL(pi || anchor)",
+                      unbiased=False),
     "k3": KLEstimator("exp(d) - d - 1", lambda d, xp: xp.expm1(d) - d,
                       lambda d, xp: -xp.expm1(d), "reverse",
-                      trl="beta > 0, use_bias_correction_kl=False"),
+                      trl="beta > 0, use_bias_correction_kl=False",
+                      summary="exp(d) - d - 1 (DeepSeekMath), unbiased but follows "
+                              "grad KL(anchor || pi)"),
     "k3_ratio": KLEstimator("(pi / pi_old) (exp(d) - d - 1)", lambda d, xp: xp.expm1(d) - d,
                             lambda d, xp: -d, "forward", ratio_weighted=True,
-                            trl="beta > 0, use_bias_correction_kl=True (TRL 1.16's default)"),
+                            trl="beta > 0, use_bias_correction_kl=True (TRL 1.16's default)",
+                            summary="(pi / pi_old) k3 (TRL's default), follows "
+                                    "grad KL(pi || anchor)",
+                            stable=_k3_ratio_stable),
 }
+_BUILT_IN_ESTIMATORS = tuple(KL_ESTIMATORS)
+_FOLLOWS = ("forward", "reverse", "none")
 
 #: Which divergence each estimator's expected on-policy gradient follows; ``"exact"`` is the
 #: exact KL of two tabular policies (the bandit trainer's ``kl="exact"``).
 ESTIMATOR_TARGETS: dict[str, str] = {
     "exact": "forward", **{name: e.follows for name, e in KL_ESTIMATORS.items()}}
+
+
+class _Names(Sequence[str]):
+    """The registry's names as a read-only tuple that follows later registrations."""
+
+    def __init__(self, *head: str) -> None:
+        self._head = head
+
+    def _now(self) -> tuple[str, ...]:
+        return (*self._head, *KL_ESTIMATORS)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._now()[i]
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._now())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._now()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(other) == self._now()
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return repr(self._now())
+
+
+def kl_estimator_names(*, exact: bool = False) -> Sequence[str]:
+    """The registered estimators' names, as a tuple-like view that follows registrations.
+
+    With ``exact=True`` led by ``"exact"`` (the exact tabular KL): the values of
+    ``TrainConfig.kl``. ``grpo_companion.rl.losses.KL_ESTIMATORS`` and ``KL_CHOICES``
+    are these two views.
+    """
+    return _Names("exact") if exact else _Names()
+
+
+def kl_estimator_help() -> str:
+    """Help text for a ``kl`` option, one clause per registered estimator.
+
+    ``"KL penalty in the loss: k1: -d, unbiased on policy but with a zero expected
+    gradient; ...; or exact (bandit only: the exact KL of the tabular policies), with
+    d = log anchor(o) - log pi(o)"``; each clause is an estimator's ``summary`` (or its
+    ``formula``).
+    """
+    parts = "; ".join(f"{name}: {e.summary or e.formula}" for name, e in KL_ESTIMATORS.items())
+    return (f"KL penalty in the loss: {parts}; or exact (bandit only: the exact KL of the "
+            "tabular policies), with d = log anchor(o) - log pi(o)")
+
+
+def _check_estimator_entry(name: str, entry: KLEstimator) -> None:
+    """Refuse an estimator whose functions fail on numpy, or whose score or claims are wrong."""
+    d = np.linspace(-2.0, 2.0, 41)
+    try:
+        with np.errstate(all="ignore"):  # a value that is not finite is refused below
+            value = np.asarray(entry.value(d, np), dtype=np.float64) * np.ones_like(d)
+            score = np.asarray(entry.score(d, np), dtype=np.float64) * np.ones_like(d)
+    except Exception as err:  # noqa: BLE001 - report any failure as a bad registration
+        raise ValueError(f"KL estimator {name!r}: value(d, xp) and score(d, xp) must run on "
+                         f"numpy arrays with xp=numpy ({type(err).__name__}: {err}); use "
+                         "xp.exp, xp.expm1, ... and plain arithmetic") from err
+    if not (np.all(np.isfinite(value)) and np.all(np.isfinite(score))):
+        raise ValueError(f"KL estimator {name!r}: value and score must be finite for d in "
+                         "[-2, 2]")
+    h = 1e-5
+    slope = (np.asarray(entry.value(d + h, np)) - np.asarray(entry.value(d - h, np))) / (2 * h)
+    want = value - slope if entry.ratio_weighted else -slope
+    if not np.allclose(score, want, rtol=1e-6, atol=1e-6):
+        raise ValueError(f"score of KL estimator {name!r} must be "
+                         + ("value(d) - value'(d)" if entry.ratio_weighted else "-value'(d)")
+                         + f" (the factor of its expected gradient); it is off by up to "
+                         f"{float(np.max(np.abs(score - want))):.3g}")
+    if entry.stable is not None:
+        logp = np.log(np.array([0.1, 0.2, 0.3, 0.4]))  # d below and above 1:
+        anchor, old = logp + np.array([-1.0, 0.5, 3.0, 30.0]), np.log(np.full(4, 0.25))
+        plain = np.exp(logp - old) * entry.value(anchor - logp, np)
+        if not np.allclose(entry.stable(logp, anchor, old, np), plain, rtol=1e-12, atol=0.0):
+            raise ValueError(f"stable of KL estimator {name!r} must equal "
+                             "exp(logp - old_logp) value(d)")
+    # on policy the ratio is 1: E_pi[value(d)] against KL(pi || anchor) on a small table
+    pi, ref = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    d_tab = np.log(ref) - np.log(pi)
+    mean = float(np.sum(pi * np.asarray(entry.value(d_tab, np))))
+    kl = float(np.sum(pi * -d_tab))
+    if entry.unbiased and not math.isclose(mean, kl, rel_tol=1e-9, abs_tol=1e-12):
+        raise ValueError(f"KL estimator {name!r} is registered as unbiased, but its mean "
+                         f"under pi is {mean!r}, not KL(pi || anchor) = {kl!r}; pass "
+                         "unbiased=False")
+
+
+def register_kl_estimator(
+    name: str,
+    value: Callable[[Any, ModuleType], Any],
+    score: Callable[[Any, ModuleType], Any],
+    *,
+    follows: str,
+    formula: str,
+    summary: str,
+    ratio_weighted: bool = False,
+    unbiased: bool = True,
+    trl: str = "",
+    stable: Callable[[Any, Any, Any, ModuleType], Any] | None = None,
+    replace: bool = False,
+) -> KLEstimator:
+    """Register a per-sample KL estimator: the one edit that adds it to the loss and the theory.
+
+    Parameters
+    ----------
+    name : str
+        The value of ``TrainConfig.kl`` and of the theory's ``estimator`` that selects it.
+    value, score : callable
+        ``value(d, xp)`` and ``score(d, xp)`` of :class:`KLEstimator`, with ``xp`` numpy
+        or torch (use ``xp.exp``, ``xp.expm1``, ... and plain arithmetic).
+    follows : str
+        ``"forward"``, ``"reverse"`` or ``"none"``: the divergence whose gradient its
+        expected on-policy gradient is (:data:`ESTIMATOR_TARGETS`).
+    formula, summary : str
+        The per-sample value as text, and one line for help texts.
+    ratio_weighted, unbiased, trl, stable
+        As in :class:`KLEstimator`.
+    replace : bool
+        Allow replacing an earlier registration (never a built-in).
+
+    Returns
+    -------
+    KLEstimator
+        The registered entry; :data:`KL_ESTIMATORS` and :data:`ESTIMATOR_TARGETS` hold it.
+
+    Raises
+    ------
+    ValueError
+        If the name is taken or not an identifier, ``follows`` is not one of its three
+        values, ``value`` or ``score`` fail on numpy arrays or are not finite on
+        ``d`` in [-2, 2], ``score`` is not the derivative it must be (checked by central
+        differences), ``stable`` differs from the plain product, or an estimator
+        registered as unbiased has another mean than the KL on a three-outcome policy.
+    """
+    if not isinstance(name, str) or not name.isidentifier() or name == "exact":
+        raise ValueError(f"name must be a Python identifier other than 'exact', got {name!r}")
+    if name in _BUILT_IN_ESTIMATORS or (name in KL_ESTIMATORS and not replace):
+        raise ValueError(f"a KL estimator named {name!r} is already registered; pick another "
+                         "name" + ("" if name in _BUILT_IN_ESTIMATORS
+                                   else " or pass replace=True"))
+    check_choice("follows", follows, _FOLLOWS)
+    for label, func in (("value", value), ("score", score)):
+        if not callable(func):
+            raise ValueError(f"{label} must be callable, got {func!r}")
+    if stable is not None and not (callable(stable) and ratio_weighted):
+        raise ValueError(f"stable must be None or, for a ratio-weighted estimator, callable; "
+                         f"got {stable!r}")
+    entry = KLEstimator(str(formula), value, score, follows, bool(ratio_weighted), str(trl),
+                        str(summary), bool(unbiased), stable)
+    _check_estimator_entry(name, entry)
+    KL_ESTIMATORS[name] = entry
+    ESTIMATOR_TARGETS[name] = follows
+    return entry
+
+
+def unregister_kl_estimator(name: str) -> None:
+    """Remove an estimator added by :func:`register_kl_estimator` (not a built-in)."""
+    if name in _BUILT_IN_ESTIMATORS:
+        raise ValueError(f"name {name!r} is built in and cannot be removed")
+    if name not in KL_ESTIMATORS:
+        raise ValueError(f"name {name!r} is not a registered KL estimator")
+    del KL_ESTIMATORS[name]
+    ESTIMATOR_TARGETS.pop(name, None)
 
 #: The estimator of ``"exact"``'s gradient: that of ``KL(pi || pi_ref)``, as ``k3_ratio``'s.
 _EXACT = KLEstimator("KL(pi || pi_ref)", lambda d, xp: xp.expm1(d) - d, lambda d, xp: -d,
