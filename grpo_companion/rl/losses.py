@@ -50,14 +50,17 @@ import torch
 from grpo_companion.theory.calibration import Calibration, resolve_calibration
 from grpo_companion.theory.finite_group import group_table
 from grpo_companion.theory.kl_estimators import KL_ESTIMATORS as _ESTIMATORS
+from grpo_companion.theory.kl_estimators import kl_estimator_names
 from grpo_companion.theory.variants import Anchor
 from grpo_companion.validation import check_number as _check_real
 
-#: The per-token KL estimators, from their one definition (``theory.kl_estimators.KL_ESTIMATORS``).
-KL_ESTIMATORS = tuple(_ESTIMATORS)
+#: The per-token KL estimators' names, read from their one registry
+#: (``theory.kl_estimators.KL_ESTIMATORS``) whenever used: a tuple-like view that shows
+#: estimators registered later too.
+KL_ESTIMATORS = kl_estimator_names()
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-#: What ``grpo_loss`` takes as ``kl``: a per-token estimator, or the exact tabular KL.
-KL_CHOICES = ("exact", *KL_ESTIMATORS)
+#: What ``grpo_loss`` takes as ``kl``: a per-token estimator, or the exact tabular KL (a view).
+KL_CHOICES = kl_estimator_names(exact=True)
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
@@ -119,45 +122,21 @@ def kl_penalty(
 ) -> torch.Tensor:
     """Per-token KL estimator between the policy and an anchor, on samples.
 
-    With ``d = anchor_logp - logp`` (log of the anchor-to-policy ratio):
-
-    - ``"k1"``: ``-d``. Unbiased for KL(pi||anchor) on samples from pi, but its
-      expected gradient is zero, so as a loss term it does nothing on average.
-    - ``"k2"``: ``d**2 / 2``. Its expected gradient under pi is the gradient of
-      KL(pi||anchor).
-    - ``"k3"``: ``exp(d) - d - 1`` (DeepSeekMath; TRL with ``beta > 0`` and
-      ``use_bias_correction_kl=False``). Its value is unbiased for
-      KL(pi||anchor) on on-policy samples, but its expected *gradient* is that
-      of KL(anchor||pi), the reverse direction.
-    - ``"k3_ratio"``: k3 times the (differentiated) importance ratio
-      ``pi / pi_old`` (TRL's bias-corrected KL, ``use_bias_correction_kl=True``;
-      TRL 1.16 defaults to ``use_bias_correction_kl=True``); the weighted sum
-      over samples from pi_old estimates E_pi[k3] = KL(pi||anchor), whose
-      gradient it then follows.
-
-    Each estimator's value and the direction it follows are defined once, in
-    :data:`grpo_companion.theory.kl_estimators.KL_ESTIMATORS`; this computes that value.
+    With ``d = anchor_logp - logp`` (log of the anchor-to-policy ratio), the value of
+    the estimator named ``kl`` in
+    :data:`grpo_companion.theory.kl_estimators.KL_ESTIMATORS`, the one place each
+    estimator is defined (its formula, the divergence its expected gradient follows,
+    its TRL setting): :meth:`~grpo_companion.theory.kl_estimators.KLEstimator.per_token`
+    with ``xp = torch``. A ratio-weighted estimator (``"k3_ratio"``, TRL's
+    ``use_bias_correction_kl=True``; TRL 1.16 defaults to ``use_bias_correction_kl=True``)
+    is multiplied by the differentiated importance ratio ``pi / pi_old`` and needs
+    ``old_logp``. :func:`~grpo_companion.theory.kl_estimators.kl_estimator_help` lists them.
     """
     _check_choice("kl", kl, tuple(_ESTIMATORS))
     estimator = _ESTIMATORS[kl]
-    diff = anchor_logp - logp
-    if not estimator.ratio_weighted:
-        return estimator.value(diff, torch)
-    if old_logp is None:
+    if estimator.ratio_weighted and old_logp is None:
         raise ValueError(f"kl={kl!r} needs old_logp, got None")
-    if kl != "k3_ratio":  # the overflow-safe form below is k3's
-        return torch.exp(logp - old_logp) * estimator.value(diff, torch)
-    # (pi / pi_old) k3 = exp(logp - old) (e^d - d - 1). Where the policy has fallen far
-    # below the anchor (d large) e^d overflows while the ratio underflows (inf * 0 = NaN in
-    # float32 from d ~ 88), so there it is formed as exp(anchor - old) - ratio (d + 1), the
-    # same number without the overflow; near d = 0 that form would cancel, and the product
-    # is kept. Each branch sees only its own range of d, so no inf reaches the gradient.
-    ratio = torch.exp(logp - old_logp)
-    near = diff.clamp(max=1.0)
-    far = diff.clamp(min=1.0)
-    small = ratio * (torch.expm1(near) - near)
-    large = torch.exp(anchor_logp - old_logp) - ratio * (far + 1.0)
-    return torch.where(diff <= 1.0, small, large)
+    return estimator.per_token(logp, anchor_logp, old_logp, torch)
 
 
 def _clip_bounds(

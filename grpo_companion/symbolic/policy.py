@@ -192,7 +192,7 @@ def pos_map(
 def anchor_pairs(anchor: Anchor | str) -> tuple[tuple[sp.Expr, str], ...]:
     """The (weight, target) pairs of an anchor, with SymPy weights.
 
-    The named anchors' :attr:`~grpo_companion.theory.Anchor.pairs` with exact
+    The named anchors' ``Anchor.pairs`` with exact
     weights (``1``); a two-KL anchor's pairs are those of the symbol ``alpha``
     (:func:`~grpo_companion.theory.variants.share_pairs`), whatever its share.
     """

@@ -4,7 +4,10 @@
   advantage a success and a failure get (paper, eqs. 3, 4 and 13).
 - The **anchor** (:class:`Anchor`) says what the KL penalty pulls towards:
   the reference policy (GRPO, eq. 6), the previous policy (Mirror GRPO,
-  eq. 9) or both, with the reference share ``alpha`` (two-KL, eq. 17).
+  eq. 9) or both, with the reference share ``alpha`` (two-KL, eq. 17). It is
+  data, (weight, target) pairs, and :func:`mix_targets` is the one place the
+  targets are mixed: the loss's KL terms, Lemma 2's geometric anchor, the
+  anchor term of the logit recurrence and the symbolic maps all go through it.
 
 Theory functions take ``calibration=`` and ``alpha=``; the symbolic layer takes
 an :class:`Anchor`; :class:`~grpo_companion.rl.TrainConfig` takes a
@@ -38,14 +41,15 @@ __all__ = [
     "share_pairs",
 ]
 
-#: The three named kinds of anchor (:attr:`Anchor.kind`).
+#: The three named kinds of anchor (:attr:`~grpo_companion.theory.Anchor.kind`).
 ANCHOR_KINDS = ("reference", "mirror", "two_kl")
 
 #: The policies a KL anchor can pull towards, in the order every mix adds them up:
 #: ``"reference"`` is ``pi_ref`` (GRPO, eq. 6), ``"previous"`` is ``pi_{n-1}`` (Mirror
 #: GRPO, eq. 9). This tuple is the one list of targets: :class:`Anchor` validates
-#: against it and :func:`mix_targets` sums in its order. A new target is a new name here;
-#: each consumer then supplies that policy's log-probabilities under the name.
+#: against it and :func:`~grpo_companion.theory.variants.mix_targets` sums in its
+#: order. A new target is a new name here; each consumer then supplies that policy's
+#: log-probabilities (or KL to it) under the name.
 ANCHOR_TARGETS: tuple[str, ...] = ("reference", "previous")
 
 
@@ -77,8 +81,8 @@ def mix_targets(
     Parameters
     ----------
     pairs : iterable of (weight, target)
-        :attr:`Anchor.pairs`, or :func:`share_pairs` of a share (numbers, arrays
-        or SymPy expressions).
+        ``Anchor.pairs``, or :func:`~grpo_companion.theory.variants.share_pairs`
+        of a share (numbers, arrays or SymPy expressions).
     terms : mapping
         The value of each target named in ``pairs`` (extra names are ignored).
     times : callable, optional
@@ -118,10 +122,10 @@ class Anchor:
     """What the KL penalty anchors to: ``sum_i weight_i KL(pi || target_i)`` (eq. 17).
 
     An anchor is data, a tuple of (weight, target) pairs with targets from
-    :data:`ANCHOR_TARGETS`: ``((1.0, "reference"),)`` is GRPO's penalty (eq. 6),
-    ``((1.0, "previous"),)`` Mirror GRPO's (eq. 9), and
+    :data:`~grpo_companion.theory.variants.ANCHOR_TARGETS`: ``((1.0, "reference"),)``
+    is GRPO's penalty (eq. 6), ``((1.0, "previous"),)`` Mirror GRPO's (eq. 9), and
     ``((alpha, "reference"), (1 - alpha, "previous"))`` the two-KL penalty (eq. 17).
-    The pairs are kept in the order of :data:`ANCHOR_TARGETS`, without zero
+    The pairs are kept in the order of the targets, without zero
     weights, so equal anchors compare equal however they were written.
 
     Parameters
@@ -129,7 +133,8 @@ class Anchor:
     pairs : float or iterable of (weight, target)
         The pairs; their weights must be ``>= 0`` and sum to 1. A number is taken
         as the reference share ``alpha`` in [0, 1] (``Anchor(alpha)``, the same as
-        the pairs of :func:`share_pairs`). Default ``1.0``: the reference.
+        the pairs of :func:`~grpo_companion.theory.variants.share_pairs`). Default
+        ``1.0``: the reference.
     """
 
     pairs: tuple[tuple[float, str], ...]
@@ -164,7 +169,7 @@ class Anchor:
         return cls(a)
 
     def weight(self, target: str) -> float:
-        """The weight of ``target`` (0 for a target of :data:`ANCHOR_TARGETS` it does not use)."""
+        """The weight of ``target``: 0 for a known target that the anchor does not use."""
         if target not in ANCHOR_TARGETS:
             raise ValueError(f"target must be one of {ANCHOR_TARGETS}, got {target!r}")
         return next((w for w, t in self.pairs if t == target), 0.0)
@@ -176,7 +181,10 @@ class Anchor:
 
     @property
     def kind(self) -> str:
-        """``"reference"``, ``"mirror"`` or ``"two_kl"`` (see :data:`ANCHOR_KINDS`)."""
+        """``"reference"``, ``"mirror"`` or ``"two_kl"``.
+
+        The named kinds, :data:`~grpo_companion.theory.variants.ANCHOR_KINDS`.
+        """
         if self.pairs == ((1.0, "reference"),):
             return "reference"
         if self.pairs == ((1.0, "previous"),):
@@ -184,7 +192,9 @@ class Anchor:
         return "two_kl"
 
     def mix(self, terms: Mapping[str, Any], **options: Any) -> Any:
-        """``sum weight * terms[target]`` over the pairs (:func:`mix_targets`, same options).
+        """``sum weight * terms[target]`` over the pairs.
+
+        :func:`~grpo_companion.theory.variants.mix_targets` with the same options.
 
         For example ``anchor.mix({"reference": log_ref, "previous": log_prev})`` is the
         unnormalised log of Lemma 2's geometric anchor.
