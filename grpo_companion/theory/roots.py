@@ -40,6 +40,9 @@ from .logistic import logit
 __all__ = ["fixed_points", "fixed_points_logit"]
 
 _XTOL = 4.0 * np.finfo(np.float64).eps
+#: scan_roots's stopping width: a bracket below ``2 eps abs(x)`` spans one to three ulps
+_SCAN_XTOL = 2.0 * np.finfo(np.float64).eps
+_SCAN_XATOL = 4.0 * np.finfo(np.float64).tiny  # roots near 0 to adjacent floats too
 
 
 def scan_roots(
@@ -53,8 +56,10 @@ def scan_roots(
     ``lo_end`` and ``hi_end`` are 1-D (one entry per cell); ``g(x, cells)`` evaluates cell
     ``cells`` at ``x`` elementwise (``cells`` broadcasts against ``x``). ``g`` is scanned on
     ``n_grid`` points per cell, evenly spaced in ``asinh x`` (fine near 0, logarithmic far
-    out), and each bracket with a sign change is bisected to adjacent floats, all brackets
-    at once. Two roots closer than the grid spacing (near a saddle-node) can be missed.
+    out), and each bracket with a sign change is narrowed to one to three ulps by
+    :func:`bracketed_roots` (SciPy's ``find_root``; this replaced a bisection to adjacent
+    floats, which took up to 2200 evaluations), all brackets at once. Two roots closer
+    than the grid spacing (near a saddle-node) can be missed.
     Returns shape ``(cells, width)``, each row sorted and padded with NaN. Used by the maps
     of :mod:`grpo_companion.theory.analyses.clipped` and
     :mod:`grpo_companion.theory.analyses.sample_weighting`.
@@ -64,18 +69,11 @@ def scan_roots(
     grid = np.sinh(a0 + (a1 - a0) * np.linspace(0.0, 1.0, n_grid))
     s = np.sign(g(grid, np.arange(n)[:, None]))
     cell, j = np.nonzero(s[:, :-1] * s[:, 1:] < 0)
-    left, right, s_left = grid[cell, j], grid[cell, j + 1], s[cell, j]
-    for _ in range(2200):  # each halving, or a step to an adjacent float, shrinks the bracket
-        mid = 0.5 * (left + right)
-        active = (mid > left) & (mid < right)
-        if not active.any():
-            break
-        s_mid = np.sign(g(mid, cell))
-        left = np.where((s_mid == s_left) & active, mid, left)
-        right = np.where((s_mid != s_left) & active, mid, right)
+    found = bracketed_roots(lambda x, i: g(x, cell[i]), grid[cell, j], grid[cell, j + 1],
+                            xtol=_SCAN_XTOL, xatol=_SCAN_XATOL)
     exact_cell, exact_j = np.nonzero(s == 0)
     cell = np.concatenate([cell, exact_cell])
-    roots = np.concatenate([0.5 * (left + right), grid[exact_cell, exact_j]])
+    roots = np.concatenate([found, grid[exact_cell, exact_j]])
     order = np.lexsort((roots, cell))
     cell, roots = cell[order], roots[order]
     counts = np.bincount(cell, minlength=n)
@@ -93,6 +91,7 @@ def bracketed_roots(
     fb: np.ndarray | None = None,
     *,
     xtol: float = _XTOL,
+    xatol: float | None = None,
 ) -> np.ndarray:
     """One root of ``f`` in each bracket ``[a, b]`` (a sign change), all brackets at once.
 
@@ -101,11 +100,11 @@ def bracketed_roots(
     ``fb``, the values at the ends, are optional: an end where ``f`` is 0 is returned as it
     is. The root is refined by SciPy's vectorised Chandrupatla iteration
     (``scipy.optimize.elementwise.find_root``) until the bracket is narrower than
-    ``xtol * (1 + |x|)``; of its two final ends the one with the smaller ``|f|`` is
-    returned. With the default ``xtol`` (four float64 epsilons) this is what the
-    safeguarded Newton iteration it replaces reached, at a third of its evaluations
-    (``tests/theory/test_root_finders.py`` checks it against mpmath at 50 digits;
-    ``benchmarks/bench_root_finders.py`` times both).
+    ``xatol + xtol * abs(x)`` (``xatol`` defaults to ``xtol``); of its two final ends the
+    one where ``f`` is smaller in magnitude is returned. With the defaults (four float64
+    epsilons) this stops where the safeguarded Newton iteration it replaces stopped;
+    ``tests/theory/test_root_finders.py`` checks the fixed points against mpmath at 40
+    digits, and ``benchmarks/bench_root_finders.py`` times both.
     """
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     idx = np.arange(a.size)
@@ -119,7 +118,8 @@ def bracketed_roots(
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         res = find_root(value, (lo, hi), args=(idx,),
-                        tolerances={"xatol": xtol, "xrtol": xtol, "fatol": 0.0})
+                        tolerances={"xatol": xtol if xatol is None else xatol,
+                                    "xrtol": xtol, "fatol": 0.0})
     x = np.asarray(res.x, dtype=np.float64)
     if fa is not None:
         x = np.where(np.asarray(fa) == 0, a, x)
