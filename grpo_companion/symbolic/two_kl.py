@@ -116,7 +116,7 @@ class GeometricMeanPoS:
 
     Attributes
     ----------
-    reference, previous:
+    reference, prev:
         Probabilities of ``pi_ref`` and ``pi_{n-1}`` (successes first).
     renyi_success, renyi_failure:
         ``D_alpha`` between the two policies' success-conditional and
@@ -129,7 +129,7 @@ class GeometricMeanPoS:
     """
 
     reference: tuple[sp.Symbol, ...]
-    previous: tuple[sp.Symbol, ...]
+    prev: tuple[sp.Symbol, ...]
     renyi_success: sp.Expr
     renyi_failure: sp.Expr
     correction: sp.Expr
@@ -215,7 +215,7 @@ def two_kl_step(n_success: int = 2, n_failure: int = 2) -> TwoKLStep:
     Theorem 8 + Lemma 3 combined.
     """
     lemma3 = geometric_mean_pos(n_success, n_failure)
-    ref, prev = lemma3.reference, lemma3.previous
+    ref, prev = lemma3.reference, lemma3.prev
     n = len(ref)
     pi = sp.symbols(f"pi1:{n + 1}", positive=True)
     adv = [w_plus_sym] * n_success + [-w_minus_sym] * n_failure
@@ -283,7 +283,7 @@ def conditional_invariance(n_success: int = 2, n_failure: int = 2) -> Conditiona
     lemma3 = geometric_mean_pos(n_success, n_failure)
     step = two_kl_step(n_success, n_failure)
     c_s, c_f = sp.symbols("c_S c_F", positive=True)
-    ref, prev = lemma3.reference, lemma3.previous
+    ref, prev = lemma3.reference, lemma3.prev
     proportional = {
         q: (c_s if i < n_success else c_f) * r
         for i, (r, q) in enumerate(zip(ref, prev, strict=True))
@@ -391,7 +391,7 @@ def moving_reference(n_success: int = 2, n_failure: int = 2,
     lemma3 = geometric_mean_pos(n_success, n_failure)  # order alpha: the first policy's share
     rename = {**dict(zip(lemma3.reference, sp.symbols(f"pi1:{len(ref) + 1}", positive=True),
                          strict=True)),
-              **dict(zip(lemma3.previous, ref, strict=True)), alpha: mixup}
+              **dict(zip(lemma3.prev, ref, strict=True)), alpha: mixup}
     general = lemma3.anchor_logit.subs(rename, simultaneous=True)
     step = pos_map(normalization, "sqrt", "two_kl").logit_form
     p_next = sp.Symbol("p_n", real=True)

@@ -37,7 +37,7 @@ def test_lemma2_symbolic_and_numeric():
 
 def test_lemma3_numeric():
     lemma = two_kl.geometric_mean_pos(2, 3)
-    anchor_logit = sp.lambdify((*lemma.reference, *lemma.previous, alpha), lemma.anchor_logit)
+    anchor_logit = sp.lambdify((*lemma.reference, *lemma.prev, alpha), lemma.anchor_logit)
     rng = np.random.default_rng(1)
     for _ in range(50):
         ref, prev = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
