@@ -7,8 +7,8 @@ Each test fails if a removed alias comes back:
   ``"rloo"`` and ``"max_abs"``), so that ``"dr_grpo"`` is only TRL's ``loss_type``;
 - ``trl_bridge.TheorySettings`` / ``theory_settings`` and ``trl_facts.TheoryReading`` /
   ``reading``: one object, :class:`~grpo_companion.practice.trl_bridge.TheoryReading`;
-- ``old`` for the previous policy ``pi_{n-1}`` in public parameters and fields of
-  ``theory``, ``symbolic`` and ``practice`` (the name is ``prev``);
+- ``old`` (or ``previous``) for the previous policy ``pi_{n-1}`` in public parameters and
+  fields of ``theory``, ``symbolic`` and ``practice`` (the name is ``prev``);
 - bare ``plus`` / ``minus`` as public parameters or fields (``gain_plus``/``gain_minus`` for
   a group's gains, ``w_plus``/``w_minus`` for the weights).
 
@@ -93,7 +93,7 @@ def test_one_theory_reading() -> None:
 
 @pytest.mark.parametrize("sub", CHECKED)
 def test_previous_policy_is_prev(sub: str) -> None:
-    old = re.compile(r"(^|_)old(_|$)")
+    old = re.compile(r"(^|_)(old|previous)(_|$)")
     found = {f"{where}:{name}" for where, name in _public_names(sub) if old.search(name)}
     assert found <= OLD_PENDING, sorted(found - OLD_PENDING)
 
