@@ -49,6 +49,7 @@ from grpo_companion.validation import (
     broadcast_shapes,
     check_beta,
     check_choice,
+    check_flag,
     check_probability,
     check_probability_vector,
     check_real,
@@ -223,7 +224,7 @@ def kl_estimator_names(*, exact: bool = False) -> Sequence[str]:
     ``TrainConfig.kl``. ``grpo_companion.rl.losses.KL_ESTIMATORS`` and ``KL_CHOICES``
     are these two views.
     """
-    return _Names("exact") if exact else _Names()
+    return _Names("exact") if check_flag("exact", exact) else _Names()
 
 
 def kl_estimator_help() -> str:

@@ -289,6 +289,10 @@ NOT_CALLABLE_WITH_INPUT |= {"share_pairs", "mix_targets"}
 # refusals (a taken name, a failing, negative, infinite or batch-level gains function).
 REGISTRY = {"register_normalization", "unregister_normalization", "sympy_ops",
             "calibration_named"}
+# tests/variants/test_kl_registry.py checks the KL estimator registry's refusals
+REGISTRY |= {"register_kl_estimator", "unregister_kl_estimator"}
+NOT_CALLABLE_WITH_INPUT |= {"kl_estimator_help"}  # no parameters
+OVERRIDES["kl_estimator_names"] = {"exact": Kind(False, {"int": 1, "str": "yes", "None": None})}
 # --- chapter modules theory.analyses.parametric (ch. 9), theory.analyses.beta_sweep (ch. 5)
 def _parametric_fixtures() -> dict[str, Any]:
     from grpo_companion.theory.analyses import parametric
