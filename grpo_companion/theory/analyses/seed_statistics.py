@@ -6,7 +6,7 @@ few seeds and judge a result by how many standard errors over seeds it lies from
 ``sqrt(n)``. Two variants trained from the same seeds (the same reference model, the same
 prompts) are compared *paired*: per seed ``d = after - before``, then the mean of ``d``, its
 standard error and their ratio, the statistic of the paired t-test
-(:func:`scipy.stats.ttest_rel`), with ``n - 1`` degrees of freedom.
+(``scipy.stats.ttest_rel``), with ``n - 1`` degrees of freedom.
 
 The arrays hold the seeds on ``axis`` (default 0, the first); every other axis is carried
 through (one statistic per ``k`` of a pass@k curve, say). ``axis=None`` pools every entry as
@@ -77,7 +77,7 @@ def t_p_value(t: ArrayLike, n_seeds: int) -> np.ndarray:
     """Two-sided p-value of a t statistic over ``n_seeds`` seeds (``n_seeds - 1`` d.o.f.).
 
     ``2 P(T > abs(t))`` for Student's t with ``n_seeds - 1`` degrees of freedom: the
-    p-value of :func:`scipy.stats.ttest_rel` for the statistic of :func:`paired_difference`.
+    p-value of ``scipy.stats.ttest_rel`` for the statistic of :func:`paired_difference`.
     ``t = +-inf`` gives 0.
     """
     tt = check_real("t", t, finite=False)
@@ -101,7 +101,7 @@ class PairedDifference:
     n_seeds: int
 
     def p_value(self) -> np.ndarray:
-        """Two-sided p-value of :attr:`t` (:func:`t_p_value`, ``n_seeds - 1`` d.o.f.)."""
+        """Two-sided p-value of ``t`` (:func:`t_p_value`, ``n_seeds - 1`` d.o.f.)."""
         return t_p_value(self.t, self.n_seeds)
 
     def beyond(self, n_se: float = 3.0) -> np.ndarray:
@@ -117,7 +117,7 @@ def paired_difference(after: ArrayLike, before: ArrayLike, axis: int = 0) -> Pai
 
     ``after`` and ``before`` have the same shape, with the seeds (at least 2) on ``axis``,
     and row ``i`` of each comes from seed ``i``. The statistic equals that of
-    :func:`scipy.stats.ttest_rel` wherever the differences vary over seeds. Returns a
+    ``scipy.stats.ttest_rel`` wherever the differences vary over seeds. Returns a
     :class:`PairedDifference`.
     """
     a, axis = _check_seeds("after", after, axis)
