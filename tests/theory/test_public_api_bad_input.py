@@ -621,6 +621,10 @@ OVERRIDES.update({
                             {"None": None, "empty": {}, "list": [("k3", "divergence", 0.3)],
                              "baseline_name": {"no change": ("k3", "divergence", 0.3)},
                              "two": {"r": ("k3", 0.3)}, "str": "r"})},
+    # the chapters' error in chosen units (theory.analyses.numerical; ch. 1, 5, 10)
+    # (a reduction to one float: its arrays broadcast but are not elementwise)
+    "max_scaled_error": {"value": Kind(1.0, _numeric({})), "reference": Kind(0.5, _numeric({})),
+                         "scale": Kind(0.1, _numeric({"zero": 0.0, "negative": -1.0}))},
     # chapter 5's Remark 2 threshold (theory.analyses.beta_sweep)
     "stable_from": {"stable": Kind([True], {"None": None, "int": [1], "str": "T",
                                             "length": [True, False], "scalar": True})},

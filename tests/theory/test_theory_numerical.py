@@ -101,3 +101,24 @@ def test_input_validation():
                                                  mask, 1.0)
     with pytest.raises(ValueError, match="1-D"):
         numerical.maximise_regularised_objective(np.stack([pi_ref] * 2), pi_prev, mask, 1.0)
+
+
+def test_max_scaled_error_against_a_loop():
+    rng = np.random.default_rng(4)
+    value, reference = rng.normal(size=(3, 5)), rng.normal(size=(3, 5))
+    for scale in (np.abs(reference), np.maximum(1.0, np.abs(reference)), 0.05):
+        s = np.broadcast_to(scale, value.shape)
+        want = max(abs(v - r) / u for v, r, u in zip(value.flat, reference.flat, s.flat,
+                                                     strict=True))
+        assert numerical.max_scaled_error(value, reference, scale) == want
+    assert numerical.max_scaled_error([1.0, 2.0], 2.0, [1.0, 4.0]) == 1.0  # broadcast
+
+
+@pytest.mark.parametrize("args, name", [(([1.0], [1.0], [0.0]), "scale"),
+                                        (([1.0], [np.nan], [1.0]), "reference"),
+                                        (("x", [1.0], [1.0]), "value"),
+                                        (([], [], 1.0), "value"),
+                                        (([1.0, 2.0], [1.0, 2.0, 3.0], 1.0), "value")])
+def test_max_scaled_error_refuses_bad_input(args, name):
+    with pytest.raises(ValueError, match=name):
+        numerical.max_scaled_error(*args)

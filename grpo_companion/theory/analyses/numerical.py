@@ -12,6 +12,10 @@ BFGS on unconstrained softmax logits with the analytic gradient, starting from
 the uniform policy, then polishing with Newton steps on the exact Hessian.
 ``alpha = 1`` with ``pi_ref`` set to any anchor is the general-anchor problem
 of Theorem 8.
+
+:func:`max_scaled_error` is the measure by which the chapters compare a computed curve with an
+independent reference: the largest error in units that the caller chooses (the reference
+itself for a relative error, a reading tolerance for values read off a figure of the paper).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from numpy.typing import ArrayLike
 from scipy import optimize, special
 
 from grpo_companion.validation import (
+    broadcast,
     check_count,
     check_probability,
     check_probability_vector,
@@ -36,7 +41,27 @@ from ..calibration import Calibration, resolve_calibration
 
 _NEWTON_STEPS = 30
 
-__all__ = ["NumericalOptimum", "maximise_regularised_objective", "regularised_objective"]
+__all__ = ["NumericalOptimum", "max_scaled_error", "maximise_regularised_objective",
+           "regularised_objective"]
+
+
+def max_scaled_error(value: ArrayLike, reference: ArrayLike, scale: ArrayLike) -> float:
+    """Largest ``abs(value - reference) / scale`` over the entries: an error in chosen units.
+
+    ``scale = abs(reference)`` gives the largest relative error (chapter 1: the plotted
+    weights of eq. 4 against a 30-digit evaluation), ``scale = max(1, abs(reference))`` an
+    error relative for large values and absolute for small ones (chapter 10), and a
+    tolerance per point the largest miss in tolerances (chapter 5: Lemma 1's bound against
+    values read off the paper's Figure 4). The three arrays broadcast and ``scale`` is
+    ``> 0``; returns a float.
+    """
+    v = check_real("value", value, finite=False)
+    r = check_real("reference", reference, finite=False)
+    u = check_real("scale", scale, 0.0, open_low=True, finite=False)
+    v, r, u = broadcast(value=v, reference=r, scale=u)
+    if v.size == 0:
+        raise ValueError("value must hold at least one entry (after broadcasting)")
+    return float(np.max(np.abs(v - r) / u))
 
 
 @dataclass(frozen=True)
