@@ -247,3 +247,63 @@ def test_reverse_kl_policy_normaliser_matches_mpmath(beta):
             want = np.array([float(beta * mpmath.mpf(float(r)) / gap) if r > 0 else 0.0
                              for r, gap in zip(ref, gaps, strict=True)])
         assert np.all(np.abs(pi - want) <= 16 * EPS * want), (ref, adv, pi, want)
+
+
+def _round_slope_mp(lq, lp: float, lr: float, beta: float, omega: float, estimator: str):
+    """``dJ/dq`` of one round's objective (``round_step_logit``) and the sum of the
+    magnitudes of its terms, in mpmath; ``lq`` the logit of ``q``."""
+    def sig(z):
+        return 1 / (1 + mpmath.exp(-z))
+
+    lp, lr = mpmath.mpf(lp), mpmath.mpf(lr)
+    p, r, q = sig(lp), sig(lr), sig(lq)
+    pc, rc, qc = sig(-lp), sig(-lr), sig(-lq)  # 1 - p, 1 - r, 1 - q without cancellation
+    b, om = mpmath.mpf(beta), mpmath.mpf(omega)
+    # the float64 code takes 1 - p as 1 - expit(L_old) (relative error eps p / (1 - p)) and
+    # exp of differences of logs of size log(1 + exp(abs(L))) ~ abs(L): both enter its noise
+    logs = [abs(mpmath.log(v)) for v in (r, rc, q, qc)]
+    if estimator == "k3":
+        t1, t2 = p * (1 - r / q) / q, pc * (1 - rc / qc) / qc
+        size = om + b * (p * (1 + r / q * (1 + logs[0] + logs[2])) / q
+                         + pc * (1 + rc / qc * (1 + logs[1] + logs[3])) / qc
+                         + abs(t2) * p / pc)
+    else:
+        t1 = p * (mpmath.log(q) - mpmath.log(r)) / q
+        t2 = pc * (mpmath.log(qc) - mpmath.log(rc)) / qc
+        size = om + b * (abs(t1) + abs(t2) + p * (logs[0] + logs[2]) / q
+                         + pc * (logs[1] + logs[3]) / qc + abs(t2) * p / pc)
+    return om - b * (t1 - t2), size
+
+
+@pytest.mark.parametrize("estimator", ["k3", "k2"])
+def test_round_step_root_matches_mpmath(estimator):
+    """``trained_loss.round_step_logit``'s root of ``dJ/dq`` (found by ``find_root`` in the
+    grid cell that brackets it) against the nearest exact root: within the stopping width
+    ``2 eps abs(x)`` plus the rounding noise of the float64 slope over its derivative."""
+    from grpo_companion.theory.analyses import trained_loss as tl
+
+    cal = Calibration()
+    rng = np.random.default_rng(7)
+    lp = np.concatenate([rng.uniform(-12, 12, 40), [-300.0, 300.0, 650.0, 3.0]])
+    lr = np.concatenate([rng.uniform(-12, 12, 40), [-300.0, 600.0, -650.0, 3.0]])
+    beta = np.concatenate([10 ** rng.uniform(-3, 3, 40), [1e-3, 1.0, 10.0, 1.0]])
+    got = tl.round_step_logit(lp, lr, beta, estimator=estimator, calibration=cal)
+    omega = cal.omega_of_logit(lp)
+    worst = 0.0
+    with mpmath.workdps(DPS):
+        for x, lp_i, lr_i, b_i, om_i in zip(got, lp, lr, beta, omega, strict=True):
+            if abs(x) >= 700.0:  # clipped to the logit cap: not a root
+                continue
+
+            def f(z, lp_i=lp_i, lr_i=lr_i, b_i=b_i, om_i=om_i):
+                return _round_slope_mp(z, lp_i, lr_i, b_i, om_i, estimator)[0]
+
+            ref = nearest_root(f, float(x))
+            if ref is None:
+                assert x == lp_i  # F(L_old) = 0: the old policy is kept
+                continue
+            size = _round_slope_mp(ref, lp_i, lr_i, b_i, om_i, estimator)[1]
+            slope = abs(mpmath.diff(f, ref))
+            allowed = float(2 * EPS * abs(ref) + 16 * EPS * size / slope)
+            worst = max(worst, float(abs(mpmath.mpf(float(x)) - ref)) / allowed)
+    assert worst <= 1.0
