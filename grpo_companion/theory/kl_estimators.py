@@ -406,20 +406,38 @@ def expected_kl_gradient(
     return weighted - pi * np.sum(weighted, axis=-1, keepdims=True)
 
 
-def _bisect_lambda(ref: np.ndarray, adv: np.ndarray, beta: np.ndarray) -> np.ndarray:
-    """Solve ``sum_o beta ref_o / (lam - A_o) = 1`` for ``lam > max_{ref_o > 0} A_o``."""
+def _normaliser_gaps(ref: np.ndarray, adv: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """``(lam - A_o) / beta`` for the ``lam > max_{ref_o > 0} A_o`` with
+    ``sum_o ref_o beta / (lam - A_o) = 1`` (:func:`reverse_kl_policy`'s normalisation).
+
+    Solved for ``t = (lam - top) / beta``, ``top`` the largest advantage on the support:
+    ``sum_o ref_o / (t + (top - A_o) / beta) = 1``, decreasing in ``t``, with a root in
+    ``[m / 2, 2]`` (``m``: the reference mass at ``top``), by SciPy's vectorised
+    bracketing root finder (``scipy.optimize.elementwise.find_root``) to four epsilons of
+    ``t``. Returning the gaps, not ``lam``, keeps their digits where ``beta`` is tiny next
+    to ``top`` (``lam`` rounds to ``top`` there; the 200-step bisection on ``lam`` that this
+    replaces gave ``pi = nan``). ``tests/theory/test_root_finders.py`` checks ``pi``
+    against mpmath.
+    """
+    from scipy.optimize.elementwise import find_root
+
     support = ref > 0
-    top = np.max(np.where(support, adv, -np.inf), axis=-1)
-    lo, hi = top.copy(), top + beta[..., 0]  # at lam = top + beta every term <= ref_o
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for _ in range(200):
-            mid = 0.5 * (lo + hi)
-            gap = mid[..., None] - adv
-            total = np.sum(np.where(support, beta * ref / gap, 0.0), axis=-1)
-            above = total > 1.0
-            lo = np.where(above, mid, lo)
-            hi = np.where(above, hi, mid)
-    return hi
+    top = np.max(np.where(support, adv, -np.inf), axis=-1, keepdims=True)
+    with np.errstate(over="ignore"):
+        offset = np.where(support, (top - adv) / beta, np.inf)  # +inf: no term
+    mass_top = np.sum(np.where(offset == 0, ref, 0.0), axis=-1)
+    flat_ref = ref.reshape(-1, ref.shape[-1])
+    flat_offset = offset.reshape(flat_ref.shape)
+
+    def excess(t: np.ndarray, i: np.ndarray) -> np.ndarray:
+        return np.sum(flat_ref[i] / (t[:, None] + flat_offset[i]), axis=-1) - 1.0
+
+    # at t = m / 2 the top terms alone sum to 2; at t = 2 every term is below ref_o / 2
+    res = find_root(excess, (0.5 * mass_top.ravel(), np.full(mass_top.size, 2.0)),
+                    args=(np.arange(mass_top.size),),
+                    tolerances={"xatol": 0.0, "xrtol": 4.0 * np.finfo(np.float64).eps})
+    t = np.asarray(res.x).reshape(mass_top.shape)
+    return t[..., None] + offset
 
 
 def reverse_kl_policy(
@@ -429,8 +447,8 @@ def reverse_kl_policy(
 
     The stationarity condition ``A_o + beta pi_ref(o) / pi(o) = lam`` gives
     ``pi(o) = beta pi_ref(o) / (lam - A(o))`` with ``lam > max A`` (on the
-    support of ``pi_ref``) fixed by normalisation (solved by bisection to
-    machine precision). Unlike the forward-KL optimum (the Gibbs tilt
+    support of ``pi_ref``) fixed by normalisation (solved to machine
+    precision by a bracketing root finder). Unlike the forward-KL optimum (the Gibbs tilt
     ``pi_ref exp(A / beta) / Z``, :func:`grpo_companion.theory.optimal_policy`)
     the tilt is a rational, not exponential, function of the advantage.
 
@@ -457,9 +475,8 @@ def _reverse_kl_policy(ref: np.ndarray, adv: np.ndarray, b: np.ndarray) -> np.nd
     ref = np.broadcast_to(ref, (*shape, ref.shape[-1]))
     adv = np.broadcast_to(adv, ref.shape)
     b = np.broadcast_to(np.asarray(b, dtype=np.float64), shape)[..., None]
-    lam = _bisect_lambda(ref, adv, b)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pi = np.where(ref > 0, b * ref / (lam[..., None] - adv), 0.0)
+    gaps = _normaliser_gaps(ref, adv, b)  # (lam - A) / beta
+    pi = np.where(ref > 0, ref / gaps, 0.0)
     return pi / pi.sum(axis=-1, keepdims=True)
 
 
