@@ -122,3 +122,25 @@ def test_max_scaled_error_against_a_loop():
 def test_max_scaled_error_refuses_bad_input(args, name):
     with pytest.raises(ValueError, match=name):
         numerical.max_scaled_error(*args)
+
+
+def test_success_log_odds_against_logit_of_the_success_mass():
+    rng = np.random.default_rng(8)
+    pi = rng.dirichlet(np.ones(6), size=(4, 3))
+    mask = np.array([True, False, True, False, False, True])
+    want = theory.logit(pi[..., mask].sum(-1))
+    got = numerical.success_log_odds(pi, mask)
+    assert got.shape == (4, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_success_log_odds_keeps_a_failure_mass_below_the_float_resolution():
+    pi = np.array([1.0 - 1e-20, 1e-20, 0.0])  # 1 - p rounds to 0, the masses do not
+    assert numerical.success_log_odds(pi, [1, 0, 0]) == pytest.approx(np.log(1e20), rel=1e-15)
+
+
+@pytest.mark.parametrize("mask, name", [([1, 1, 1], "success_mask"), ([0, 0, 0], "success_mask"),
+                                        ([1, 0], "success_mask")])
+def test_success_log_odds_refuses_bad_masks(mask, name):
+    with pytest.raises(ValueError, match=name):
+        numerical.success_log_odds([0.2, 0.3, 0.5], mask)

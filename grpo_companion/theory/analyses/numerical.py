@@ -42,7 +42,7 @@ from ..calibration import Calibration, resolve_calibration
 _NEWTON_STEPS = 30
 
 __all__ = ["NumericalOptimum", "max_scaled_error", "maximise_regularised_objective",
-           "regularised_objective"]
+           "regularised_objective", "success_log_odds"]
 
 
 def max_scaled_error(value: ArrayLike, reference: ArrayLike, scale: ArrayLike) -> float:
@@ -62,6 +62,27 @@ def max_scaled_error(value: ArrayLike, reference: ArrayLike, scale: ArrayLike) -
     if v.size == 0:
         raise ValueError("value must hold at least one entry (after broadcasting)")
     return float(np.max(np.abs(v - r) / u))
+
+
+def success_log_odds(policy: ArrayLike, success_mask: ArrayLike) -> np.ndarray:
+    """``log pi(S) - log pi(F)``: the logit of a policy's success probability, from its masses.
+
+    ``policy`` holds probability vectors on its last axis (leading axes: a path, say) and
+    ``success_mask`` marks the successes ``S`` (``F`` is the rest; both non-empty). Summing
+    each class and taking logs avoids forming ``1 - p``, so a policy with ``p`` within
+    ``1e-16`` of 1 keeps its exact log-odds (chapter 3 compares the log-odds of the
+    iterates of Lemma 2 with the Renyi-corrected recurrence). Returns shape
+    ``policy.shape[:-1]``.
+    """
+    pi = check_probability_vector("policy", policy)
+    mask = check_success_mask(success_mask)
+    if mask.shape != pi.shape[-1:]:
+        raise ValueError(f"success_mask must have one entry per outcome ({pi.shape[-1]}), "
+                         f"got shape {mask.shape}")
+    if mask.all() or not mask.any():
+        raise ValueError("success_mask must mark at least one success and one failure")
+    with np.errstate(divide="ignore"):
+        return (np.log(pi[..., mask].sum(-1)) - np.log(pi[..., ~mask].sum(-1)))[()]
 
 
 @dataclass(frozen=True)
