@@ -70,7 +70,7 @@ def scan_roots(
     s = np.sign(g(grid, np.arange(n)[:, None]))
     cell, j = np.nonzero(s[:, :-1] * s[:, 1:] < 0)
     found = bracketed_roots(lambda x, i: g(x, cell[i]), grid[cell, j], grid[cell, j + 1],
-                            xtol=_SCAN_XTOL, xatol=_SCAN_XATOL)
+                            xrtol=_SCAN_XTOL, xatol=_SCAN_XATOL)
     exact_cell, exact_j = np.nonzero(s == 0)
     cell = np.concatenate([cell, exact_cell])
     roots = np.concatenate([found, grid[exact_cell, exact_j]])
@@ -90,8 +90,8 @@ def bracketed_roots(
     fa: np.ndarray | None = None,
     fb: np.ndarray | None = None,
     *,
-    xtol: float = _XTOL,
-    xatol: float | None = None,
+    xrtol: float = 0.5 * _XTOL,
+    xatol: float = 0.5 * _XTOL,
 ) -> np.ndarray:
     """One root of ``f`` in each bracket ``[a, b]`` (a sign change), all brackets at once.
 
@@ -100,11 +100,11 @@ def bracketed_roots(
     ``fb``, the values at the ends, are optional: an end where ``f`` is 0 is returned as it
     is. The root is refined by SciPy's vectorised Chandrupatla iteration
     (``scipy.optimize.elementwise.find_root``) until the bracket is narrower than
-    ``xatol + xtol * abs(x)`` (``xatol`` defaults to ``xtol``); of its two final ends the
-    one where ``f`` is smaller in magnitude is returned. With the defaults (four float64
-    epsilons) this stops where the safeguarded Newton iteration it replaces stopped;
-    ``tests/theory/test_root_finders.py`` checks the fixed points against mpmath at 40
-    digits, and ``benchmarks/bench_root_finders.py`` times both.
+    ``xatol + xrtol * abs(x)``; of its two final ends the one where ``f`` is smaller in
+    magnitude is returned. The defaults (two float64 epsilons each) keep the error below
+    ``_XTOL * max(1, abs(x))``, the step at which the safeguarded Newton iteration this
+    replaces stopped. ``tests/theory/test_root_finders.py`` checks the fixed points
+    against mpmath at 40 digits; ``benchmarks/bench_root_finders.py`` times both.
     """
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     idx = np.arange(a.size)
@@ -118,8 +118,7 @@ def bracketed_roots(
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         res = find_root(value, (lo, hi), args=(idx,),
-                        tolerances={"xatol": xtol if xatol is None else xatol,
-                                    "xrtol": xtol, "fatol": 0.0})
+                        tolerances={"xatol": xatol, "xrtol": xrtol, "fatol": 0.0})
     x = np.asarray(res.x, dtype=np.float64)
     if fa is not None:
         x = np.where(np.asarray(fa) == 0, a, x)
