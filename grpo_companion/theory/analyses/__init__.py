@@ -10,7 +10,8 @@ Modules, by the chapter they serve:
 - ``surrogate``: the clipped surrogate and its contrastive form (ch. 2, The contrastive loss;
   also the errata); its clip check is shared by ``clip_bias`` and ``sample_weighting``.
 - ``numerical``: the regularised objective maximised numerically against the closed-form
-  policies (ch. 3, Optimal policies).
+  policies, and a policy's success log-odds (ch. 3, Optimal policies); the error in chosen
+  units by which chapters 1, 5 and 10 compare a curve with its reference.
 - ``amplification``: success amplification (Theorem 3) and the fixed point near 1 (ch. 4,
   The success-probability recurrence and amplification).
 - ``table1``: the recurrences of Table 1 checked row by row (ch. 5, Dynamics and stability;
@@ -30,6 +31,7 @@ Modules, by the chapter they serve:
 - ``entropy``: policy entropy under GRPO steps (ch. 14).
 - ``sample_weighting``: rank bias and the positive and negative halves of the contrastive
   loss (ch. 14).
-- ``seed_statistics``: means, standard errors and paired differences over seeds, for the
-  chapters that train over several seeds (ch. 7, Bandit trainings; ch. 14).
+- ``seed_statistics``: means, standard errors, t statistics and paired differences over
+  seeds, for the chapters that train over several seeds (ch. 7, Bandit trainings; ch. 10;
+  ch. 14).
 """
