@@ -52,12 +52,13 @@ def exact_iteration(run: RunState, old: Any) -> dict[str, float]:
     w_plus, w_minus = (torch.as_tensor(w, device=run.device) for w in (w_plus, w_minus))
     success = task.success.to(run.device)
     step = config.exact_step / config.beta
+    anchor = config.variant.anchor  # the KL anchor's (weight, target) pairs
     logits = run.policy.logits
     for _ in range(config.exact_max_iter):
         logp = torch.log_softmax(logits.detach(), dim=-1).requires_grad_(True)
         objective = losses.exact_objective(
             logp, success, w_plus, w_minus, beta=config.beta, ref_logp=ref_logp,
-            prev_logp=prev_logp, alpha=config.alpha)
+            prev_logp=prev_logp, anchor=anchor)
         (grad_logp,) = torch.autograd.grad(objective.sum(), logp)
         with torch.no_grad():
             probs = logp.exp()
@@ -132,6 +133,7 @@ def _exact_objective_log(logp: torch.Tensor, success: torch.Tensor,
     gain = torch.where(success, torch.exp(logp + log_plus), -torch.exp(logp + log_minus))
     zero = torch.zeros_like(log_plus[:, 0])
     penalty = losses.exact_objective(logp, success, zero, zero, beta=config.beta,
-                                     ref_logp=ref_logp, prev_logp=prev_logp, alpha=config.alpha)
+                                     ref_logp=ref_logp, prev_logp=prev_logp,
+                                     anchor=config.variant.anchor)
     return gain.sum(dim=-1) + penalty
 
