@@ -105,14 +105,16 @@ class KLEstimator:
     trl
         The TRL 1.16 setting that computes it, or ``""``.
     summary
-        One line for help texts and tables (:func:`kl_estimator_help`).
+        One line for help texts and tables
+        (:func:`~grpo_companion.theory.kl_estimators.kl_estimator_help`).
     unbiased
         On policy (``pi_old = pi``) its mean ``E_{o ~ pi}[k(o)]`` is ``KL(pi || anchor)``
         exactly; otherwise it equals the KL only to second order in ``d``.
     stable
         ``stable(logp, anchor_logp, old_logp, xp)``: the ratio-weighted value formed
         without overflow, the same number as ``exp(logp - old_logp) value(d)``; ``None``:
-        that product. :meth:`per_token` uses it.
+        that product. :meth:`~grpo_companion.theory.kl_estimators.KLEstimator.per_token`
+        uses it.
     """
 
     formula: str
@@ -129,7 +131,7 @@ class KLEstimator:
         """The per-sample value from the log-probabilities, for ``xp`` numpy or torch.
 
         ``value(anchor_logp - logp)``, times ``exp(logp - old_logp)`` when
-        ratio-weighted (by :attr:`stable` where given); ``old_logp`` is only read then.
+        ratio-weighted (by ``stable`` where given); ``old_logp`` is only read then.
         :func:`grpo_companion.rl.losses.kl_penalty` is this with ``xp = torch``.
         """
         if not self.ratio_weighted:
