@@ -625,6 +625,15 @@ OVERRIDES.update({
     # (a reduction to one float: its arrays broadcast but are not elementwise)
     "max_scaled_error": {"value": Kind(1.0, _numeric({})), "reference": Kind(0.5, _numeric({})),
                          "scale": Kind(0.1, _numeric({"zero": 0.0, "negative": -1.0}))},
+    # chapter 8's jump of the forward-KL destination (theory.analyses.trained_loss)
+    "destination_crossing": {
+        "level": _one(0.5, {"zero": 0.0, "one": 1.0, "negative": -0.5}),
+        "beta": _one(0.1, BETA),
+        "log10_bracket": Kind((-15.0, -3.0), {"None": None, "reversed": (-3.0, -15.0),
+                                              "nan": (NAN, -3.0), "str": "ab",
+                                              "three": (-15.0, -9.0, -3.0),
+                                              "no_crossing": (-3.0, -1.0)}),
+        "xtol": _one(1e-9, {"zero": 0.0, "negative": -1.0, "inf": INF})},
     # chapter 5's Remark 2 threshold (theory.analyses.beta_sweep)
     "stable_from": {"stable": Kind([True], {"None": None, "int": [1], "str": "T",
                                             "length": [True, False], "scalar": True})},

@@ -74,3 +74,33 @@ def test_predictor_paths_refuses_bad_recurrences(recurrences, match):
     with pytest.raises(ValueError, match=match):
         tl.predictor_paths(judged, b, STEPS, recurrences, fit, fit_b, group=group,
                            fit_group=fit_group, calibration=CAL)
+
+
+def _destination_scan(level, beta, lo, hi, n=4001):
+    """Where the destination crosses level on a fine grid of log10 p_ref (to one grid step)."""
+    grid = np.linspace(lo, hi, n)
+    d = tl.destination(10.0 ** grid, beta, estimator="k3_ratio", calibration=CAL) - level
+    i = int(np.flatnonzero(np.sign(d[:-1]) != np.sign(d[1:]))[0])
+    return grid[i], grid[i + 1]
+
+
+@pytest.mark.parametrize("level", [0.5, 1 - 1e-6])
+def test_destination_crossing_against_a_grid_scan(level):
+    beta = 0.1
+    lo, hi = _destination_scan(level, beta, -15.0, -3.0)
+    got = tl.destination_crossing(level, beta, (-15.0, -3.0), calibration=CAL)
+    assert lo - 1e-9 <= got <= hi + 1e-9
+    below, above = (float(tl.destination(10.0 ** (got + s), beta, calibration=CAL)) - level
+                    for s in (-1e-6, 1e-6))
+    assert below < 0 < above
+
+
+@pytest.mark.parametrize("kwargs, name", [({"level": 1.5}, "level"), ({"beta": 0.0}, "beta"),
+                                          ({"beta": [0.1, 0.2]}, "beta"),
+                                          ({"log10_bracket": (-3.0, -15.0)}, "log10_bracket"),
+                                          ({"log10_bracket": (-3.0, -1.0)}, "log10_bracket"),
+                                          ({"xtol": 0.0}, "xtol")])
+def test_destination_crossing_refuses_bad_input(kwargs, name):
+    args = {"level": 0.5, "beta": 0.1, "log10_bracket": (-15.0, -3.0), **kwargs}
+    with pytest.raises(ValueError, match=name):
+        tl.destination_crossing(**args, calibration=CAL)

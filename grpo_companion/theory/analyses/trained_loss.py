@@ -79,6 +79,7 @@ __all__ = [
     "Verdict",
     "common_shift",
     "destination",
+    "destination_crossing",
     "exact_step_logit",
     "fit_relaxation",
     "fit_step_fraction",
@@ -294,6 +295,43 @@ def destination(
     first = above.min(axis=1)
     out[live] = np.where(np.isfinite(first), first, 1.0)
     return out
+
+
+def destination_crossing(
+    level: float,
+    beta: float,
+    log10_bracket: tuple[float, float],
+    *,
+    estimator: str = "k3_ratio",
+    xtol: float = 1e-9,
+    calibration: Calibration | None = None,
+    **calibration_kwargs: Any,
+) -> float:
+    """``log10 p_ref`` at which :func:`destination` crosses ``level``, bisected in ``log10 p_ref``.
+
+    The destination of a small-step run jumps where a lower fixed point appears or
+    disappears (for the forward KL near ``p_ref = 1e-9`` at chapter 8's settings), so the
+    crossing is found by bisection on ``log10 p_ref`` in ``log10_bracket = (lo, hi)``, to
+    ``xtol`` decades, not from a derivative. ``level`` is in (0, 1), ``beta > 0`` one
+    number; the destination must lie on opposite sides of ``level`` at the two ends.
+    Returns the ``log10 p_ref`` of the crossing (``scipy.optimize.bisect``).
+    """
+    lvl = float(check_real("level", level, 0.0, 1.0, open_low=True, open_high=True,
+                           scalar=True))
+    check_real("beta", beta, 0.0, open_low=True, scalar=True)
+    lo, hi = check_interval("log10_bracket", log10_bracket, -300.0, 0.0)
+    tol = float(check_real("xtol", xtol, 0.0, open_low=True, scalar=True))
+    est = _check_estimator(estimator)
+    cal = resolve_calibration(calibration, **calibration_kwargs)
+
+    def gap(x: float) -> float:
+        return float(destination(np.array([10.0 ** x]), beta, estimator=est,
+                                 calibration=cal)[0]) - lvl
+
+    if np.sign(gap(lo)) == np.sign(gap(hi)):
+        raise ValueError(f"log10_bracket must hold a crossing of level {lvl:g}: the destination "
+                         f"is on one side of it at both ends ({lo:g}, {hi:g})")
+    return float(optimize.bisect(gap, lo, hi, xtol=tol))
 
 
 def split_prompts(n_prompts: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
