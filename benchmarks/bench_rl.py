@@ -40,7 +40,7 @@ def _sync(device: torch.device) -> None:
 
 def bandit(iterations: int, loop_prompts: int) -> dict[str, float]:
     n_prompts, n_outputs, group, mu = 1024, 1000, 16, 10
-    config = TrainConfig(n_prompts=n_prompts, n_outputs=n_outputs, group_size=group, mu=mu,
+    config = TrainConfig.flat(n_prompts=n_prompts, n_outputs=n_outputs, group_size=group, mu=mu,
                          iterations=iterations, progress=False, kl="exact")
     stamps: list[float] = []
     train(config, callback=lambda n: stamps.append(time.perf_counter()))
@@ -143,7 +143,7 @@ def checkpoint_cost(iterations: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as folder:
         for every in (1, iterations):
             out = Path(folder) / f"every_{every}"
-            config = TrainConfig(iterations=iterations, checkpoint_every=every, progress=False)
+            config = TrainConfig.flat(iterations=iterations, checkpoint_every=every, progress=False)
             stamps: list[float] = []
             start = time.perf_counter()
             train(config, out_dir=out,

@@ -30,7 +30,6 @@ Usage: ``python benchmarks/bench_seeds.py [--iterations 20] [--seeds 5] [--modes
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import time
@@ -43,7 +42,7 @@ from grpo_companion.rl.seed_batch import run_seeds_batched
 from grpo_companion.rl.trainer import TrainConfig
 
 #: Chapter 8's CPU configuration (120 iterations there; the benchmark runs fewer).
-CHAPTER = TrainConfig(
+CHAPTER = TrainConfig.flat(
     task="sequence", device="cpu", progress=False, d_model=32, n_layers=2, n_heads=4,
     sft_steps=600, max_operand=49, n_eval_prompts=64, eval_samples=50, beta=0.1,
     clip_eps_low=0.2, mu=10, group_size=16, kl="k3", loss_type="dr_grpo", temperature=1.0,
@@ -85,14 +84,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=20, help="GRPO iterations per seed")
     parser.add_argument("--seeds", type=int, default=5, help="number of seeds (0, 1, ...)")
-    parser.add_argument("--sft-steps", type=int, default=CHAPTER.sft_steps,
+    parser.add_argument("--sft-steps", type=int, default=CHAPTER.model.sft_steps,
                         help="pre-training steps per seed")
     parser.add_argument("--record-every", type=int, default=10)
     parser.add_argument("--estimate", type=int, nargs="*", default=[120],
                         help="iteration counts to estimate the wall time of")
     parser.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
     args = parser.parse_args()
-    config = dataclasses.replace(CHAPTER, iterations=args.iterations, sft_steps=args.sft_steps)
+    config = CHAPTER.replace(iterations=args.iterations, sft_steps=args.sft_steps)
     seeds = list(range(args.seeds))
     torch.set_num_threads(1)
     report: dict[str, object] = {

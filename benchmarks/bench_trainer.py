@@ -30,7 +30,6 @@ Usage: ``python benchmarks/bench_trainer.py [--repeats R] [--iterations N]``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import time
@@ -68,7 +67,7 @@ def _seconds(function: Any) -> float:
 
 
 def sampling(repeats: int) -> dict[str, Any]:
-    config = tr.TrainConfig(task="sequence", sft_steps=0, progress=False, device="cpu")
+    config = tr.TrainConfig.flat(task="sequence", sft_steps=0, progress=False, device="cpu")
     run = RunState(config, torch.device("cpu"))
     model, task = run.policy, run.task
     out: dict[str, Any] = {}
@@ -127,8 +126,8 @@ def _timed_run(config: tr.TrainConfig) -> dict[str, float]:
     first_eval = spent["evaluation"] / spent["evaluations"]
     loop = stamps[-1] - start
     training = loop - spent["evaluation"]
-    return {"training_per_iteration_s": training / config.iterations,
-            "sampling_per_iteration_s": spent["sampling"] / config.iterations,
+    return {"training_per_iteration_s": training / config.run.iterations,
+            "sampling_per_iteration_s": spent["sampling"] / config.run.iterations,
             "evaluation_s": first_eval, "evaluations": spent["evaluations"],
             "eval_over_training": spent["evaluation"] / training,
             "eval_share_of_run": spent["evaluation"] / loop,
@@ -136,10 +135,10 @@ def _timed_run(config: tr.TrainConfig) -> dict[str, float]:
 
 
 def evaluation(repeats: int, iterations: int) -> dict[str, Any]:
-    base = tr.TrainConfig(task="sequence", sft_steps=0, progress=False, device="cpu")
+    base = tr.TrainConfig.flat(task="sequence", sft_steps=0, progress=False, device="cpu")
     every_runs, default_runs = [], []
     for _ in range(repeats):  # alternating
-        every_runs.append(_timed_run(dataclasses.replace(base, iterations=iterations,
+        every_runs.append(_timed_run(base.replace(iterations=iterations,
                                                          eval_every=1)))
         default_runs.append(_timed_run(base))
     median = {k: statistics.median(r[k] for r in every_runs) for k in every_runs[0]}
@@ -155,7 +154,7 @@ def evaluation(repeats: int, iterations: int) -> dict[str, Any]:
         "steady_state": {"eval_over_training": eval_s / (every * train_s),
                          "eval_share_of_run": eval_s / (every * train_s + eval_s)},
         "default_run": {
-            "iterations": base.iterations, "evaluated_iterations": list(base.eval_iterations),
+            "iterations": base.run.iterations, "evaluated_iterations": list(base.eval_iterations),
             "eval_over_training": statistics.median(r["eval_over_training"]
                                                     for r in default_runs),
             "eval_share_of_run": statistics.median(r["eval_share_of_run"]

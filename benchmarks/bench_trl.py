@@ -108,7 +108,7 @@ def run_ours(steps: int, warmup: int) -> dict[str, Any]:
     from grpo_companion.rl.tasks import VOCAB_SIZE
 
     iterations = warmup + steps + 1  # the last one is evaluated: not timed
-    config = tr.TrainConfig(
+    config = tr.TrainConfig.flat(
         task="sequence", seed=SEED, device="cpu", progress=False, iterations=iterations,
         eval_every=iterations, n_eval_prompts=16, eval_samples=2, sft_steps=0,
         d_model=WIDTH, n_layers=LAYERS, n_heads=HEADS, prompts_per_iteration=PROMPTS,

@@ -74,11 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cell-timeout", type=int, default=900)
     _add_parameter_option(run)
 
-    train = sub.add_parser("train", help="train a toy policy with GRPO",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    from grpo_companion.rl.cli import add_train_arguments
-
-    add_train_arguments(train)
+    # listed here; its options are derived from TrainConfig by tyro (grpo_companion.rl.cli),
+    # which main() hands the arguments after "train" to
+    sub.add_parser("train", help="train a toy policy with GRPO (train --help: its options)",
+                   add_help=False)
 
     diag = sub.add_parser(
         "diagnose", help="what the theory predicts for a TRL GRPOConfig on your prompts",
@@ -139,11 +138,12 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "train":
-        from grpo_companion.rl.cli import run_train
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:
+        from grpo_companion.rl.cli import PROG, run_train
 
-        return run_train(args)
+        return run_train(argv[1:], PROG)
+    args = build_parser().parse_args(argv)
     if args.command == "diagnose":
         return run_diagnose(args)
     if args.command == "student":

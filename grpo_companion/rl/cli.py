@@ -1,88 +1,129 @@
 """``python -m grpo_companion train``: toy GRPO runs from the command line.
 
-The lead CLI calls :func:`add_train_arguments` and :func:`run_train`;
+The command line is derived from :class:`~grpo_companion.rl.train_config.TrainConfig` by
+`tyro <https://brentyi.github.io/tyro/>`_, as CleanRL derives its ``Args``: every field is
+an option ``--field-name`` with its docstring as help, its type and its default, grouped
+by section. :class:`TrainCommand` adds what only the command has (``--out``,
+``--resume``, ``--calibration``). Everything is validated before the output folder is
+created; a bad option or value exits with status 2 and a one-line message.
 ``python -m grpo_companion.rl.cli`` runs the same command on its own.
-Everything is validated before the output folder is created; a bad option
-or value exits with status 2 and an argparse-style message.
+
+Why tyro rather than pydantic: the config stays a plain frozen dataclass that the
+trainer, the chapters and the tests build directly; tyro reads it as it is (types,
+defaults, attribute docstrings), while pydantic would make it a model class with its own
+validation rules and no command line of its own.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import io
+import re
 import signal
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from grpo_companion.rl import config as fields
+import tyro
+
+from grpo_companion.rl.checks import option_of, trl_table_text
+from grpo_companion.rl.train_config import SECTIONS, calibration_fields, merge_preset
 from grpo_companion.rl.trainer import (
     PreparedRun,
     TrainConfig,
     TrainingFault,
-    calibration_fields,
     check_machine,
     prepare_run,
 )
+from grpo_companion.theory.variants import CALIBRATIONS
+
+PROG = "python -m grpo_companion train"
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Keeps the line breaks of the description and of the TRL table in the epilog."""
+@dataclass(frozen=True)
+class TrainCommand:
+    """Train a toy policy with GRPO; write metrics.csv, iterations.csv, run.json, checkpoint."""
+
+    out: Path
+    """output folder (must be new or empty unless --resume)"""
+    resume: bool = False
+    """continue the run checkpointed in --out (same options)"""
+    calibration: Literal[tuple(CALIBRATIONS)] | None = None  # type: ignore[valid-type]
+    """a named calibration of theory.CALIBRATIONS; it sets the calibration's fields (any given as well must agree with it)"""  # noqa: E501
+    config: TrainConfig = field(default_factory=TrainConfig)
+    """the run's configuration (TrainConfig), section by section"""
 
 
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--out``, ``--resume``, ``--calibration`` and one option per config field.
+def _one_line(text: str) -> str:
+    """tyro's boxed error as one line: the box, its title and its help hints removed.
 
-    The options are generated (:func:`grpo_companion.rl.config.add_arguments`)
-    from the fields of :class:`~grpo_companion.rl.trainer.TrainConfig`: every
-    field, with its help, valid values and default. The parser also gets the
-    TRL name table as its epilog, and a formatter that keeps its layout.
+    rich draws the box with Unicode lines, or with dashes where the stream looks ASCII-only;
+    either way the first line is the title.
     """
-    from grpo_companion.theory.variants import CALIBRATIONS
-
-    groups = fields.add_arguments(parser, TrainConfig)
-    options = {f.name: fields.option_of(f) for f in fields.knobs(TrainConfig)}
-    run = groups["run"]
-    run.add_argument("--out", type=Path, required=True,
-                     help="output folder (must be new or empty unless --resume)")
-    run.add_argument("--resume", action="store_true",
-                     help="continue the run checkpointed in --out (same options)")
-    sets = ", ".join(options[name] for name in calibration_fields(CALIBRATIONS["paper"]))
-    groups["objective"].add_argument(
-        "--calibration", choices=tuple(CALIBRATIONS), default=argparse.SUPPRESS,
-        help=f"a named calibration of theory.CALIBRATIONS; it sets {sets} (any of those given "
-             "as well must agree with it)")
-    parser.formatter_class = _HelpFormatter
-    parser.epilog = fields.trl_table_text(TrainConfig)
+    raw = [line for line in text.splitlines() if line.strip()]
+    rule = re.compile(r"^[\s\u2500-\u257f-]*$")
+    boxed = bool(raw) and ("\u256d" in raw[0] or (len(raw) > 1 and rule.match(raw[1])))
+    lines = [re.sub(r"[\u2500-\u257f]", " ", line).strip() for line in raw]
+    lines = [line for line in lines[1 if boxed else 0:] if not rule.match(line)]
+    text = " ".join(" ".join(lines).split())
+    for cut in ("Argument helptext:", "For full helptext", "For full help text"):
+        text = text.split(cut)[0].strip()
+    text = re.sub(r"^Error parsing ([\w.]+): ", "", text)  # a section: the message names the field
+    text = re.sub(r"^Error parsing (--[\w-]+): ", r"\1: ", text)
+    words = text.split(" ", 1)
+    if len(words) == 2 and words[0] in _FIELD_OPTIONS:  # a check's message: name the option
+        text = f"{_FIELD_OPTIONS[words[0]]} {words[1]}"
+    return text
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """Build (and so validate) the configuration from parsed arguments, and check that this
-    machine can run it (:func:`~grpo_companion.rl.machine.check_machine`).
+_FIELD_OPTIONS = {f: option_of(f) for f in ("task", "exact", *(
+    name for cls in SECTIONS.values() for name in cls.__dataclass_fields__))}
 
-    Error messages name the option as typed (``--group-size``, not ``group_size``).
+
+def parse_command(argv: list[str], prog: str = PROG) -> TrainCommand:
+    """The command of ``argv``, validated: ``ValueError`` with a one-line message if not.
+
+    ``--help`` prints the help and the TRL name table, and exits with status 0. A field
+    set by ``--calibration`` and given as well must agree with it.
     """
-    options = {f.name: fields.option_of(f) for f in fields.knobs(TrainConfig)}
-    values = fields.values_from_args(args, TrainConfig)
-    name = getattr(args, "calibration", None)
+    stderr = io.StringIO()
     try:
-        if name is not None:
-            from grpo_companion.theory.variants import CALIBRATIONS
+        with contextlib.redirect_stderr(stderr):
+            command = tyro.cli(tyro.conf.OmitArgPrefixes[TrainCommand], args=argv, prog=prog,
+                               description=TrainCommand.__doc__)
+    except SystemExit as stop:
+        if stop.code == 0:
+            if any(a in ("-h", "--help") for a in argv):
+                print("\n" + trl_table_text(SECTIONS.values()))
+            raise
+        raise ValueError(_one_line(stderr.getvalue()) or "invalid options") from None
+    if command.calibration is not None:
+        typed = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+        config = command.config.to_dict()
+        given = {name: config[name] for name in calibration_fields(CALIBRATIONS["paper"])
+                 if option_of(name) in typed}
+        preset = calibration_fields(CALIBRATIONS[command.calibration])
+        merged = merge_preset(preset, given, label=f"--calibration {command.calibration}",
+                              name_of=option_of)
+        try:
+            command = TrainCommand(command.out, command.resume, command.calibration,
+                                   command.config.replace(**merged))
+        except ValueError as err:
+            raise ValueError(_one_line(str(err))) from None
+    return command
 
-            values = fields.merge_preset(
-                calibration_fields(CALIBRATIONS[name]), values,
-                label=f"--calibration {name}", name_of=lambda k: options[k])
-        config = TrainConfig(**values)
-        check_machine(config)  # the device and the memory, before any folder is made
-        return config
+
+def config_from_command(command: TrainCommand) -> TrainConfig:
+    """The command's configuration, once this machine is known to run it
+    (:func:`~grpo_companion.rl.machine.check_machine`); errors name the option."""
+    try:
+        check_machine(command.config)  # the device and the memory, before any folder is made
     except ValueError as err:
-        text = str(err)
-        for field_name in sorted(options, key=len, reverse=True):
-            if text.startswith(f"{field_name} "):
-                text = f"{options[field_name]}{text[len(field_name):]}"
-                break
-        raise ValueError(text) from None
+        raise ValueError(_one_line(str(err))) from None
+    return command.config
 
 
 class _Terminated(KeyboardInterrupt):
@@ -105,9 +146,9 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _error(message: str, kind: str = "error") -> None:
+def _error(message: str, kind: str = "error", prog: str = PROG) -> None:
     text = " ".join(str(message).split())  # one line
-    print(f"python -m grpo_companion train: {kind}: {text}", file=sys.stderr)
+    print(f"{prog}: {kind}: {text}", file=sys.stderr)
 
 
 def _how_to_continue(prepared: PreparedRun) -> str:
@@ -119,8 +160,8 @@ def _how_to_continue(prepared: PreparedRun) -> str:
     return f"--resume continues from the checkpoint of iteration {last}"
 
 
-def run_train(args: argparse.Namespace) -> int:
-    """Validate everything, then train; returns the process exit status.
+def run_train(argv: list[str], prog: str = PROG) -> int:
+    """Parse ``argv``, validate everything, then train; returns the process exit status.
 
     - 2, nothing written: invalid options, an output folder that cannot be
       used (not empty, or in use by another run: one writer per folder), or
@@ -140,51 +181,48 @@ def run_train(args: argparse.Namespace) -> int:
     reused, with or without ``--resume``, after a one-line note.
     """
     try:
-        config = config_from_args(args)
-        prepared = prepare_run(config, out_dir=args.out, resume=args.resume)
+        command = parse_command(argv, prog)
+        config = config_from_command(command)
+        prepared = prepare_run(config, out_dir=command.out, resume=command.resume)
     except ValueError as err:
-        _error(str(err))
+        _error(str(err), prog=prog)
         return 2
     except OSError as err:  # a file of the folder that cannot be read
-        _error(f"cannot use {err.filename or args.out!r}: {err.strerror or err}")
+        _error(f"cannot use {err.filename or command.out!r}: {err.strerror or err}", prog=prog)
         return 2
     except KeyboardInterrupt:
-        _error("interrupted before the run started; nothing was written")
+        _error("interrupted before the run started; nothing was written", prog=prog)
         return 130
     out = prepared.out
     if prepared.notice:
-        _error(prepared.notice, "note")
+        _error(prepared.notice, "note", prog)
     try:
         with _sigterm_as_interrupt():
             result = prepared.run()
     except KeyboardInterrupt as stop:
         _error(f"{'terminated' if isinstance(stop, _Terminated) else 'interrupted'}; run.json "
-               f"in {out} says so; {_how_to_continue(prepared)}")
+               f"in {out} says so; {_how_to_continue(prepared)}", prog=prog)
         return 143 if isinstance(stop, _Terminated) else 130
     except TrainingFault as err:
-        _error(f"{err} (recorded in {out / 'run.json' if out else 'no folder'})")
+        _error(f"{err} (recorded in {out / 'run.json' if out else 'no folder'})", prog=prog)
         return 1
     except OSError as err:  # e.g. the disk filled up or became read-only during the run
         where = f" {err.filename!r}" if err.filename else ""
         _error(f"cannot write{where}: {err.strerror or err}; the run stopped; "
-               f"{_how_to_continue(prepared)}")
+               f"{_how_to_continue(prepared)}", prog=prog)
         return 1
     final = result.success_prob[-1]
-    print(f"done: {config.iterations} iterations on {result.device}; mean PoS "
+    print(f"done: {config.run.iterations} iterations on {result.device}; mean PoS "
           f"{result.success_prob[0].mean():.4f} -> {final.mean():.4f}; results in {out}")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m grpo_companion.rl.cli``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m grpo_companion.rl.cli", description=__doc__,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_train_arguments(parser)
-    return run_train(parser.parse_args(argv))
+def main(argv: list[str] | None = None, prog: str = "python -m grpo_companion.rl.cli") -> int:
+    """Entry point of ``python -m grpo_companion.rl.cli`` (and of the lead CLI's ``train``)."""
+    return run_train(sys.argv[1:] if argv is None else list(argv), prog)
 
 
-__all__ = ["add_train_arguments", "config_from_args", "main", "run_train"]
+__all__ = ["PROG", "TrainCommand", "config_from_command", "main", "parse_command", "run_train"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

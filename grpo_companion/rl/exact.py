@@ -51,13 +51,13 @@ def exact_iteration(run: RunState, old: Any) -> dict[str, float]:
     w_plus, w_minus, capped, log_w = _exact_weights(run, logit_prev)
     w_plus, w_minus = (torch.as_tensor(w, device=run.device) for w in (w_plus, w_minus))
     success = task.success.to(run.device)
-    step = config.exact_step / config.beta
+    step = config.optim.exact_step / config.grpo.beta
     anchor = config.variant.anchor  # the KL anchor's (weight, target) pairs
     logits = run.policy.logits
-    for _ in range(config.exact_max_iter):
+    for _ in range(config.optim.exact_max_iter):
         logp = torch.log_softmax(logits.detach(), dim=-1).requires_grad_(True)
         objective = losses.exact_objective(
-            logp, success, w_plus, w_minus, beta=config.beta, ref_logp=ref_logp,
+            logp, success, w_plus, w_minus, beta=config.grpo.beta, ref_logp=ref_logp,
             prev_logp=prev_logp, anchor=anchor)
         (grad_logp,) = torch.autograd.grad(objective.sum(), logp)
         with torch.no_grad():
@@ -68,16 +68,16 @@ def exact_iteration(run: RunState, old: Any) -> dict[str, float]:
             grad_pi = torch.where(support, grad_logp / torch.where(support, probs, 1.0), 0.0)
             high = grad_pi.masked_fill(~support, -math.inf).amax(dim=-1)
             low = grad_pi.masked_fill(~support, math.inf).amin(dim=-1)
-            gap = float((high - low).max()) / config.beta
-            if gap <= config.exact_tol:
+            gap = float((high - low).max()) / config.grpo.beta
+            if gap <= config.optim.exact_tol:
                 break
             # a constant per prompt does not change the step; taking off the largest keeps
             # the numbers near 0 where the policy has mass (tiny beta, huge weights)
             logits.copy_(torch.log_softmax(logp + step * (grad_pi - high[:, None]), dim=-1))
     else:
         raise TrainingFault(f"exact inner solve did not converge in exact_max_iter="
-                            f"{config.exact_max_iter} steps at iteration {run.iteration} "
-                            f"(stationarity gap {gap:.3g} > exact_tol={config.exact_tol})")
+                            f"{config.optim.exact_max_iter} steps at iteration {run.iteration} "
+                            f"(stationarity gap {gap:.3g} > exact_tol={config.optim.exact_tol})")
     value = objective.detach()
     if capped.any():
         # the weights were scaled down where the step is beyond float64 anyway; report the
@@ -116,7 +116,7 @@ def _exact_weights(run: RunState, logit_prev: np.ndarray) -> tuple[
     if bad.any():
         raise run.weights_fault(f"NaN for {int(bad.sum())} of {bad.size} prompts")
     log_omega = np.logaddexp(log_plus, log_minus)
-    log_cap = math.log(config.beta * _EXACT_GAP_CAP)
+    log_cap = math.log(config.grpo.beta * _EXACT_GAP_CAP)
     capped = log_omega > log_cap
     if capped.any():
         with np.errstate(under="ignore"):
@@ -132,7 +132,7 @@ def _exact_objective_log(logp: torch.Tensor, success: torch.Tensor,
     log_plus, log_minus = (torch.as_tensor(w, device=logp.device)[:, None] for w in log_w)
     gain = torch.where(success, torch.exp(logp + log_plus), -torch.exp(logp + log_minus))
     zero = torch.zeros_like(log_plus[:, 0])
-    penalty = losses.exact_objective(logp, success, zero, zero, beta=config.beta,
+    penalty = losses.exact_objective(logp, success, zero, zero, beta=config.grpo.beta,
                                      ref_logp=ref_logp, prev_logp=prev_logp,
                                      anchor=config.variant.anchor)
     return gain.sum(dim=-1) + penalty

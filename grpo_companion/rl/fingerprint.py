@@ -78,7 +78,7 @@ def _kl_functions(config: Any) -> tuple[Callable[..., Any], ...]:
     """The code of :mod:`losses` that computes the run's KL term (and mixes its two anchors)."""
     if config.exact:
         return (losses.exact_objective, losses.tabular_kl, losses.anchor_penalty)
-    if config.kl == "exact":
+    if config.grpo.kl == "exact":
         return (losses.tabular_kl, losses.anchor_penalty)
     return (losses.kl_penalty, losses.anchor_penalty)
 

@@ -115,20 +115,20 @@ class BanditGRPO(_TokenLogProbs):
     def __init__(self, config: TrainConfig, data: BanditTask, tracked: np.ndarray,
                  device: torch.device) -> None:
         self.data, self.tracked, self.device = data, tracked, device
-        self.group_size, self.temperature = config.group_size, config.temperature
-        self.count = config.prompts_per_iteration or config.n_prompts
+        self.group_size, self.temperature = config.grpo.group_size, config.grpo.temperature
+        self.count = config.grpo.prompts_per_iteration or config.bandit.n_prompts
 
     @staticmethod
     def build(config: TrainConfig, device: torch.device, dtype: torch.dtype) -> tuple[
             BanditTask, nn.Module, np.ndarray]:
         """The task, pi_ref as a tabular policy, and the tracked prompts (all)."""
         task = make_bandit_task(
-            config.n_prompts, config.n_outputs, n_success=config.n_success,
-            p_ref=config.p_ref, p_ref_beta=config.p_ref_beta,
-            p_ref_zero_fraction=config.p_ref_zero_fraction,
-            logit_scale=config.logit_scale, seed=config.seed)
+            config.bandit.n_prompts, config.bandit.n_outputs, n_success=config.bandit.n_success,
+            p_ref=config.bandit.p_ref, p_ref_beta=config.bandit.p_ref_beta,
+            p_ref_zero_fraction=config.bandit.p_ref_zero_fraction,
+            logit_scale=config.bandit.logit_scale, seed=config.run.seed)
         policy = TabularSoftmaxPolicy(task.ref_logits.to(device=device, dtype=dtype))
-        return task, policy, np.arange(config.n_prompts)
+        return task, policy, np.arange(config.bandit.n_prompts)
 
     def choose_prompts(self, generator: torch.Generator) -> torch.Tensor:
         n = self.data.n_prompts
@@ -165,32 +165,33 @@ class BanditGRPO(_TokenLogProbs):
 class SequenceGRPO(_TokenLogProbs):
     """The addition task as a :class:`GRPOTask`: a tiny transformer, held-out prompts tracked.
 
-    GRPO draws its prompts from ``data.grpo_pool`` (``config.grpo_prompts``); the
+    GRPO draws its prompts from ``data.grpo_pool`` (``config.sequence.grpo_prompts``); the
     tracked prompts are the held-out ones, whose PoS is the share of
-    ``config.eval_samples`` verified samples (the evaluation of iteration ``n`` is
+    ``config.sequence.eval_samples`` verified samples (the evaluation of iteration ``n`` is
     seeded with ``seed * EVAL_SEED_FACTOR + n``).
     """
 
     def __init__(self, config: TrainConfig, data: ArithmeticTask, tracked: np.ndarray,
                  device: torch.device) -> None:
         self.data, self.tracked, self.device = data, tracked, device
-        self.group_size, self.temperature = config.group_size, config.temperature
-        self.pool = data.grpo_pool(config.grpo_prompts, config.seed)
-        self.count = config.prompts_per_iteration or min(64, len(self.pool))
-        self.seed, self.eval_samples = config.seed, config.eval_samples
+        self.group_size, self.temperature = config.grpo.group_size, config.grpo.temperature
+        self.pool = data.grpo_pool(config.sequence.grpo_prompts, config.run.seed)
+        self.count = config.grpo.prompts_per_iteration or min(64, len(self.pool))
+        self.seed, self.eval_samples = config.run.seed, config.sequence.eval_samples
 
     @staticmethod
     def build(config: TrainConfig, device: torch.device, dtype: torch.dtype) -> tuple[
             ArithmeticTask, nn.Module, np.ndarray]:
-        """The task, an untrained transformer (seeded by ``config.seed``), the held-out prompts."""
+        """The task, an untrained transformer (seeded by the run's seed), the held-out prompts."""
         task = make_arithmetic_task(
-            max_operand=config.max_operand, n_eval_prompts=config.n_eval_prompts,
-            carry_error_span=config.carry_error_span, seed=config.seed)
+            max_operand=config.sequence.max_operand, n_eval_prompts=config.sequence.n_eval_prompts,
+            carry_error_span=config.sequence.carry_error_span, seed=config.run.seed)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
+            torch.manual_seed(config.run.seed)
             model = TinyCausalTransformer(
-                VOCAB_SIZE, task.max_len, d_model=config.d_model,
-                n_layers=config.n_layers, n_heads=config.n_heads, eos_id=EOS, pad_id=PAD)
+                VOCAB_SIZE, task.max_len, d_model=config.model.d_model,
+                n_layers=config.model.n_layers, n_heads=config.model.n_heads, eos_id=EOS,
+                pad_id=PAD)
         return task, model.to(device), task.eval_idx
 
     def choose_prompts(self, generator: torch.Generator) -> torch.Tensor:

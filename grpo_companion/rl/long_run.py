@@ -7,7 +7,7 @@ output distribution can be enumerated instead
 :func:`run_long` trains one configuration and records, without sampling noise:
 
 - the success logit of every **trained** prompt (the fixed set GRPO draws its
-  batches from, ``config.grpo_prompts``) and every **held-out** prompt, at
+  batches from, ``config.sequence.grpo_prompts``) and every **held-out** prompt, at
   iteration 0 and every ``record_every`` iterations, and at the same iterations the
   Shannon entropy of each of these prompts' output distributions
   (:func:`exact_entropy`, from the same enumeration);
@@ -82,8 +82,8 @@ class LongRun:
     delta, delta_pos : ``(iterations, len(trained))`` one-step distance to the divergence
         step and its PoS part; NaN where the prompt was not in that iteration's batch.
     target_logit : ``(iterations, len(trained))`` the divergence step's success logit.
-    beta_trained : ``(len(trained),)`` each trained prompt's KL weight (``config.beta``, times
-        its ``config.grpo_beta_multipliers`` entry when set).
+    beta_trained : ``(len(trained),)`` each trained prompt's KL weight (``config.grpo.beta``, times
+        its ``config.sequence.grpo_beta_multipliers`` entry when set).
     orbit_tv : ``(iterations, len(trained))`` the paper's ``D_n``: total variation from the
         network's policy after iteration ``n`` to the exact orbit's ``pi_n`` (the divergence
         step iterated from ``pi_ref``, whose success logit is ``orbit_logit``); NaN where the
@@ -94,7 +94,7 @@ class LongRun:
         the ``mu`` steps of each iteration (the trainer's ``iterations.csv`` column).
     n_outputs : how many distinct outputs a policy can produce (all enumerated).
     sampled_held : ``(2, len(held_out))`` the trainer's own sampled estimate of the held-out
-        PoS (``config.eval_samples`` samples each) at iteration 0 and at the last one.
+        PoS (``config.sequence.eval_samples`` samples each) at iteration 0 and at the last one.
     train_seconds : wall time of the GRPO iterations (pre-training and recording excluded).
     """
 
@@ -241,14 +241,14 @@ class _Recorder:
     def __init__(self, run: Any, trained: np.ndarray, record_every: int) -> None:
         self.run, self.trained, self.record_every = run, trained, record_every
         config = run.config
-        self.task, self.temp = run.task, config.temperature
-        self.kl = config.kl
-        # each trained prompt's KL weight (config.grpo_beta_multipliers: one per prompt)
-        self.beta = (np.full(len(trained), config.beta) if run.prompt_beta is None
+        self.task, self.temp = run.task, config.grpo.temperature
+        self.kl = config.grpo.kl
+        # each trained prompt's KL weight (config.sequence.grpo_beta_multipliers: one per prompt)
+        self.beta = (np.full(len(trained), config.grpo.beta) if run.prompt_beta is None
                      else run.prompt_beta[torch.as_tensor(trained)].cpu().numpy())
-        self.cal = dataclasses.replace(config.calibration, group_size=config.group_size)
+        self.cal = dataclasses.replace(config.calibration, group_size=config.grpo.group_size)
         self.position = {int(q): i for i, q in enumerate(trained)}
-        n_iter, k = config.iterations, len(trained)
+        n_iter, k = config.run.iterations, len(trained)
         self.delta, self.delta_pos, self.target, self.orbit_tv, self.successes = (
             np.full((n_iter, k), np.nan) for _ in range(5))
         self.orbit = np.full((n_iter, k), np.nan)
@@ -310,26 +310,27 @@ class _Recorder:
             lp_new, self.ref_lp[cols], col, self.orbit[n - 1, cols])[0]
         self.previous = copy.deepcopy(self.run.policy)  # a copy of a tiny model: about 1 ms
         self.seconds += time.perf_counter() - started
-        if n % self.record_every == 0 or n == self.run.config.iterations:
+        if n % self.record_every == 0 or n == self.run.config.run.iterations:
             self.record()
 
 
 def run_long(config: TrainConfig, *, record_every: int = 10) -> LongRun:
     """Train ``config`` (the sequence task) and record exact PoS and one-step distances."""
-    if config.task != "sequence" or config.grpo_prompts is None or config.exact:
+    if config.task != "sequence" or config.sequence.grpo_prompts is None or config.exact:
         raise ValueError("config must be a sampled task='sequence' run with grpo_prompts set, "
-                         f"got task={config.task!r}, grpo_prompts={config.grpo_prompts!r}, "
+                         f"got task={config.task!r}, "
+                         f"grpo_prompts={config.sequence.grpo_prompts!r}, "
                          f"exact={config.exact!r}")
     check_count("record_every", record_every)
-    config = dataclasses.replace(config, eval_every=config.iterations, progress=False)
+    config = config.replace(eval_every=config.run.iterations, progress=False)
     prep = prepare_run(config)
     run = prep.run_state
     task = run.task
-    trained = task.grpo_pool(config.grpo_prompts, config.seed)
+    trained = task.grpo_pool(config.sequence.grpo_prompts, config.run.seed)
     recorder = _Recorder(run, trained, record_every)
     result = prep.run(recorder.after_iteration, on_start=recorder.start)
     total = time.perf_counter() - recorder.started
-    n_iter = config.iterations
+    n_iter = config.run.iterations
     steps = np.array(sorted({0, *range(record_every, n_iter + 1, record_every), n_iter}))
     return LongRun(
         config=config, trained=trained, held_out=task.eval_idx,
@@ -366,7 +367,7 @@ def run_seeds(config: TrainConfig, seeds: list[int], *, record_every: int = 10,
     closure) raises ``ValueError`` with ``workers > 1``.
     """
     check_count("workers", workers)
-    configs = [dataclasses.replace(config, seed=s) for s in seeds]
+    configs = [config.replace(seed=s) for s in seeds]
     if workers == 1 or len(configs) == 1:
         with torch_threads(1):  # as in the workers, so that the numbers do not depend on workers
             return [run_long(c, record_every=record_every) for c in configs]

@@ -128,7 +128,7 @@ class Recorder:
         self.eval_iterations: list[int] = []
         self.iteration_rows: list[dict[str, float]] = []
         self.callback: Callable[[int], None] | None = None
-        self.status: dict[str, Any] = {"config": config.to_dict(), "seed": config.seed,
+        self.status: dict[str, Any] = {"config": config.to_dict(), "seed": config.run.seed,
                                        "versions": _versions(device), "status": "running"}
         self.bar: Any = None
 
@@ -179,9 +179,9 @@ class Recorder:
             self.history.append(self._last(), None)
 
     def open_progress(self, run: RunState) -> None:
-        """The progress bar of the iterations left (``config.progress``)."""
-        self.bar = tqdm(total=self.config.iterations, initial=run.iteration, desc="GRPO",
-                        disable=not self.config.progress)
+        """The progress bar of the iterations left (``config.run.progress``)."""
+        self.bar = tqdm(total=self.config.run.iterations, initial=run.iteration, desc="GRPO",
+                        disable=not self.config.run.progress)
 
     # ------------------------------------------------------------ each iteration
     def record(self, run: RunState, record: IterationRecord) -> None:
@@ -196,10 +196,10 @@ class Recorder:
         if self.out is not None:
             assert self.history is not None
             self.history.append(self._last() if evaluated else self._missing(), record.row)
-            if n % config.checkpoint_every == 0 or n == config.iterations:
+            if n % config.run.checkpoint_every == 0 or n == config.run.iterations:
                 digest = self.history.sync()
                 io.atomic_torch_save(self.out / CHECKPOINT,
-                                     self.checkpoint(run, digest, final=n == config.iterations))
+                                     self.checkpoint(run, digest, final=n == config.run.iterations))
                 run.checkpointed = n
         if self.bar is not None:
             self.bar.update(1)
@@ -358,7 +358,7 @@ def load_checkpoint(path: Path, config: TrainConfig, device: torch.device,
         raise ValueError(f"cannot resume from {str(path)!r}: the configuration differs from "
                          f"the checkpointed run in {shown}")
     check_fingerprint(path, state.get("fingerprint"), fingerprint)
-    if not 0 <= state["iteration"] <= config.iterations or (
+    if not 0 <= state["iteration"] <= config.run.iterations or (
             state["history_records"] != state["iteration"] + 1):
         raise ValueError(f"cannot resume from {str(path)!r}: its iteration count is damaged")
     return state

@@ -82,8 +82,9 @@ class RunState:
         # bound once: a normalisation registered again later does not change this run
         self.calibration = config.calibration
         self.fingerprint = run_fingerprint(config, self.calibration)
-        self.dtype = torch.float64 if config.exact or config.dtype == "float64" else torch.float32
-        self.generator = torch.Generator(device=device).manual_seed(config.seed)
+        double = config.exact or config.run.dtype == "float64"
+        self.dtype = torch.float64 if double else torch.float32
+        self.generator = torch.Generator(device=device).manual_seed(config.run.seed)
         self.sft_losses: list[float] = []
         self.grpo_task: GRPOTask
         self.grpo_task, self.policy = make_grpo_task(config, device, self.dtype)
@@ -91,18 +92,19 @@ class RunState:
         self.tracked = self.grpo_task.tracked
         self.ref_policy = frozen_copy(self.policy)
         self.prompt_beta: torch.Tensor | None = None
-        if config.grpo_beta_multipliers is not None:
-            pool = self.task.grpo_pool(config.grpo_prompts, config.seed)
-            mult = np.resize(np.asarray(config.grpo_beta_multipliers, dtype=np.float64), len(pool))
-            weights = np.full(len(self.task.operands), config.beta)
-            weights[pool] = config.beta * mult
+        if config.sequence.grpo_beta_multipliers is not None:
+            pool = self.task.grpo_pool(config.sequence.grpo_prompts, config.run.seed)
+            mult = np.resize(np.asarray(config.sequence.grpo_beta_multipliers,
+                                        dtype=np.float64), len(pool))
+            weights = np.full(len(self.task.operands), config.grpo.beta)
+            weights[pool] = config.grpo.beta * mult
             self.prompt_beta = torch.as_tensor(weights, device=device)
         default_lr = 0.1 if config.task == "bandit" else 1e-3
-        self.lr = config.lr if config.lr is not None else default_lr
+        self.lr = config.optim.lr if config.optim.lr is not None else default_lr
         self.optimizer: torch.optim.Optimizer | None = None
-        if not config.exact and config.optimizer == "adam":
+        if not config.exact and config.optim.optimizer == "adam":
             self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.lr)
-        elif not config.exact and config.optimizer == "sgd":
+        elif not config.exact and config.optim.optimizer == "sgd":
             self.optimizer = torch.optim.SGD(self.policy.parameters(), lr=self.lr)
         self.iteration = 0
         self.checkpointed: int | None = None
@@ -121,11 +123,12 @@ class RunState:
                 raise ValueError(f"reference_state does not fit the model of this config "
                                  f"(d_model, n_layers, n_heads, max_operand): {err}") from err
             self.ref_policy = frozen_copy(self.policy)
-        elif self.config.task == "sequence" and self.config.sft_steps > 0:
-            sft_generator = torch.Generator(device=self.device).manual_seed(self.config.seed + 1)
+        elif self.config.task == "sequence" and self.config.model.sft_steps > 0:
+            sft_generator = torch.Generator(device=self.device).manual_seed(
+                self.config.run.seed + 1)
             self.sft_losses = pretrain_reference(
-                self.task, self.policy, steps=self.config.sft_steps,
-                batch_size=self.config.sft_batch_size, lr=self.config.sft_lr,
+                self.task, self.policy, steps=self.config.model.sft_steps,
+                batch_size=self.config.model.sft_batch_size, lr=self.config.model.sft_lr,
                 generator=sft_generator)
             self.ref_policy = frozen_copy(self.policy)
 

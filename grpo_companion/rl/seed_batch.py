@@ -1,6 +1,6 @@
 """Several seeds of chapter 8's long run, trained as one batched computation.
 
-:func:`run_seeds_batched` returns what ``[run_long(replace(config, seed=s)) for s in seeds]``
+:func:`run_seeds_batched` returns what ``[run_long(config.replace(seed=s)) for s in seeds]``
 returns (:func:`grpo_companion.rl.long_run.run_long`, torch on one thread), up to float
 rounding, but the GRPO iterations of all seeds are one computation: the transformers'
 parameters are stacked with a leading seed dimension ``S`` and every forward pass, backward
@@ -142,21 +142,21 @@ def _check_request(config: Any, seeds: Any, record_every: Any, workers: Any,
     """The supported case only; ``ValueError`` naming the parameter otherwise."""
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
-    if config.task != "sequence" or config.exact or config.grpo_prompts is None:
+    if config.task != "sequence" or config.exact or config.sequence.grpo_prompts is None:
         raise ValueError("config must be a sampled task='sequence' run with grpo_prompts set "
                          f"(the batched engine trains chapter 8's long run), got "
                          f"task={config.task!r}, exact={config.exact!r}, "
-                         f"grpo_prompts={config.grpo_prompts!r}")
-    if config.optimizer != "adam":
+                         f"grpo_prompts={config.sequence.grpo_prompts!r}")
+    if config.optim.optimizer != "adam":
         raise ValueError(f"optimizer must be 'adam' for the batched engine (Adam is elementwise, "
                          f"so one Adam on stacked parameters is one per seed), got "
-                         f"{config.optimizer!r}")
-    if config.kl not in losses.KL_ESTIMATORS:
+                         f"{config.optim.optimizer!r}")
+    if config.grpo.kl not in losses.KL_ESTIMATORS:
         raise ValueError(f"kl must be one of {losses.KL_ESTIMATORS} for the batched engine, "
-                         f"got {config.kl!r}")
-    if config.ref_reset_every is not None:
+                         f"got {config.grpo.kl!r}")
+    if config.grpo.ref_reset_every is not None:
         raise ValueError(f"ref_reset_every must be None for the batched engine (pi_ref stays "
-                         f"fixed), got {config.ref_reset_every!r}")
+                         f"fixed), got {config.grpo.ref_reset_every!r}")
     check_count("record_every", record_every)
     check_count("workers", workers)
     check_count("threads", threads)
@@ -174,7 +174,7 @@ def _check_request(config: Any, seeds: Any, record_every: Any, workers: Any,
         raise ValueError(f"seeds must be a non-empty list of distinct ints, got {twice} more "
                          "than once")
     for s in values:  # the config's own range check, naming the seed
-        dataclasses.replace(config, seed=s)
+        config.replace(seed=s)
     return values
 
 
@@ -202,13 +202,13 @@ def _self_check(stack: StackedTransformer, runs: Sequence[Any],
         stack.vocab)
     completions = completions.expand(len(runs), -1, -1)
     with torch.no_grad():
-        batched = stack.token_logprobs(params, prompts, completions, group, config.temperature)
-        enumerated, outputs = stack.output_log_probs(params, prompts, t, config.temperature)
+        batched = stack.token_logprobs(params, prompts, completions, group, config.grpo.temperature)
+        enumerated, outputs = stack.output_log_probs(params, prompts, t, config.grpo.temperature)
         for s, run in enumerate(runs):
             own = run.policy.token_logprobs(prompts[s], completions[s], group,
-                                            temperature=config.temperature)
+                                            temperature=config.grpo.temperature)
             own_enum, own_outputs = run.policy.output_log_probs(
-                prompts[s], max_new_tokens=t, temperature=config.temperature)
+                prompts[s], max_new_tokens=t, temperature=config.grpo.temperature)
             eps = torch.finfo(own.dtype).eps
             gaps = {"token_logprobs": float((batched[s] - own).abs().max()),
                     "output_log_probs": float((enumerated[s] - own_enum).abs().max())}
@@ -218,7 +218,7 @@ def _self_check(stack: StackedTransformer, runs: Sequence[Any],
             if own_outputs != outputs or wrong:
                 raise RuntimeError(
                     "the batched forward pass of grpo_companion.rl.seed_batch no longer "
-                    f"computes TinyCausalTransformer's (seed {run.config.seed}: largest "
+                    f"computes TinyCausalTransformer's (seed {run.config.run.seed}: largest "
                     f"differences {gaps}, outputs in the same order: {own_outputs == outputs}); "
                     "update rl.stacked.StackedTransformer to the model")
 
@@ -231,7 +231,8 @@ def _check_finite(runs: Sequence[Any], params: dict[str, torch.Tensor],
         if not bool(torch.isfinite(step_losses[:, s]).all()):
             bad.append("loss")
         if bad:
-            raise TrainingFault(f"training diverged at iteration {n} of seed {run.config.seed}: "
+            raise TrainingFault(f"training diverged at iteration {n} of seed "
+                                f"{run.config.run.seed}: "
                                 f"{', '.join(bad)} became inf or NaN (lower --lr or raise "
                                 "--beta)")
 
@@ -239,12 +240,12 @@ def _check_finite(runs: Sequence[Any], params: dict[str, torch.Tensor],
 def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
                    threads: int) -> list[LongRun]:
     """The batched engine in this process (see :func:`run_seeds_batched`)."""
-    configs = [dataclasses.replace(config, seed=s, eval_every=config.iterations, progress=False)
+    configs = [config.replace(seed=s, eval_every=config.run.iterations, progress=False)
                for s in seeds]
     runs, recorders, held = [], [], []
     for cfg in configs:  # each seed's trainer state, pi_ref and iteration 0, as run_long
         run = prepare_run(cfg).run_state
-        trained = run.task.grpo_pool(cfg.grpo_prompts, cfg.seed)
+        trained = run.task.grpo_pool(cfg.sequence.grpo_prompts, cfg.run.seed)
         recorder = _SeedRecorder(run, trained, record_every)
         run.pretrain()
         held.append([_held_success(run)])
@@ -254,7 +255,7 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
     started = time.perf_counter()
     enum_seconds = 0.0
     first = runs[0]
-    device, temp, group = first.device, config.temperature, config.group_size
+    device, temp, group = first.device, config.grpo.temperature, config.grpo.group_size
     t = first.task.max_new_tokens
     stack = StackedTransformer(first.policy)
     names = [name for name, _ in first.policy.named_parameters()]
@@ -264,15 +265,15 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
                               for r in runs]) for name in names}
     hyper = {k: v for k, v in first.optimizer.param_groups[0].items() if k != "params"}
     optimizer = torch.optim.Adam(list(params.values()), **hyper)
-    needs_ref = config.beta > 0 and config.alpha > 0
+    needs_ref = config.grpo.beta > 0 and config.grpo.alpha > 0
     generators = _generators(runs)
     trained = torch.stack([torch.as_tensor(r.trained, device=device) for r in recorders])
     held_out = torch.stack([torch.as_tensor(r.task.eval_idx, device=device) for r in runs])
-    clip_fraction = np.zeros((len(runs), config.iterations))
+    clip_fraction = np.zeros((len(runs), config.run.iterations))
     seeds_n = len(runs)
     _self_check(stack, runs, params)
     with torch_threads(threads):
-        for n in range(1, config.iterations + 1):
+        for n in range(1, config.run.iterations + 1):
             for run in runs:
                 run.iteration = n
             chosen = [run.grpo_task.choose_prompts(run.generator) for run in runs]
@@ -296,24 +297,24 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
                     if run.prompt_beta is not None:
                         betas.append(run.prompt_beta[chosen[s]].repeat_interleave(group))
                 advantage = torch.cat(advantages)
-                beta: float | torch.Tensor = torch.cat(betas) if betas else config.beta
+                beta: float | torch.Tensor = torch.cat(betas) if betas else config.grpo.beta
                 ref_logp = (stack.token_logprobs(ref, prompts, completions, group, temp)
                             .flatten(0, 1) if needs_ref else None)
             mask_f = mask.to(params["position"].dtype)
             clipped_tokens = torch.zeros_like(mask_f)
             old = None
             step_losses = []
-            for _ in range(config.mu):  # lines 9-11: mu Adam steps, every seed at once
+            for _ in range(config.grpo.mu):  # lines 9-11: mu Adam steps, every seed at once
                 logp = stack.token_logprobs(params, prompts, completions, group, temp)
                 if old is None:  # the first loss of the iteration: the policy is still pi_old
                     old = logp.detach()
                 per_token, clipped = losses.per_token_loss(
                     logp.flatten(0, 1), old.flatten(0, 1), ref_logp, advantage,
-                    clip_eps_low=config.clip_eps_low, clip_eps_high=config.clip_eps_high,
-                    beta=beta, kl=config.kl, alpha=config.alpha)
+                    clip_eps_low=config.grpo.clip_eps_low, clip_eps_high=config.grpo.clip_eps_high,
+                    beta=beta, kl=config.grpo.kl, alpha=config.grpo.alpha)
                 per_token = per_token.view(logp.shape)
                 seed_losses = torch.stack([
-                    losses.aggregate(per_token[s], mask_f[s], loss_type=config.loss_type,
+                    losses.aggregate(per_token[s], mask_f[s], loss_type=config.grpo.loss_type,
                                      max_completion_length=t) for s in range(seeds_n)])
                 optimizer.zero_grad()
                 seed_losses.sum().backward()
@@ -321,7 +322,7 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
                 step_losses.append(seed_losses.detach())
                 clipped_tokens += clipped.view(logp.shape).to(mask_f.dtype) * mask_f
             clip_fraction[:, n - 1] = (clipped_tokens.sum((1, 2)) / (
-                mask_f.sum((1, 2)) * config.mu)).cpu().numpy()
+                mask_f.sum((1, 2)) * config.grpo.mu)).cpu().numpy()
             _check_finite(runs, params, torch.stack(step_losses), n)
             with torch.no_grad():
                 for s, run in enumerate(runs):  # each seed's module holds its slice
@@ -331,7 +332,7 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
                 # the enumerations the recorders will ask of the new policy: the batch's
                 # prompts and, at a recorded iteration, the pool and the held-out set (the
                 # batch is then rows of the pool's enumeration)
-                if n % record_every == 0 or n == config.iterations:
+                if n % record_every == 0 or n == config.run.iterations:
                     wanted = [trained, held_out]
                 else:
                     wanted = [torch.stack(chosen)]
@@ -356,8 +357,8 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
     total = time.perf_counter() - started
     recorded = sum(r.seconds for r in recorders) + enum_seconds
     train_share = (total - recorded) / seeds_n
-    steps = np.array(sorted({0, *range(record_every, config.iterations + 1, record_every),
-                             config.iterations}))
+    steps = np.array(sorted({0, *range(record_every, config.run.iterations + 1, record_every),
+                             config.run.iterations}))
     results = []
     for s, (cfg, run, recorder) in enumerate(zip(configs, runs, recorders, strict=True)):
         task = run.task
@@ -383,7 +384,7 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
 def _worker(args: tuple[TrainConfig, list[int], int, int, tuple[str, bytes]]) -> list[LongRun]:
     config, seeds, record_every, threads, normalization = args
     torch.set_num_threads(1)
-    _receive_normalization(normalization)  # before anything reads config.normalization
+    _receive_normalization(normalization)  # before anything reads config.grpo.normalization
     return _train_batched(config, seeds, record_every, threads)
 
 
@@ -392,7 +393,7 @@ def run_seeds_batched(config: TrainConfig, seeds: Sequence[int], *, record_every
     """:func:`~grpo_companion.rl.long_run.run_long` of each seed, the seeds trained as one batch.
 
     Returns, in the order of ``seeds``, the :class:`~grpo_companion.rl.long_run.LongRun`
-    that ``run_long(dataclasses.replace(config, seed=s), record_every=record_every)``
+    that ``run_long(config.replace(seed=s), record_every=record_every)``
     returns with torch on one thread, up to float rounding (see the module docstring for
     why, and for what ``train_seconds`` and ``record_seconds`` are here).
 

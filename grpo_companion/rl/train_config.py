@@ -1,30 +1,54 @@
-"""The configuration of a toy GRPO run: :class:`TrainConfig`.
+"""The configuration of a toy GRPO run: :class:`TrainConfig`, nested by concern.
 
-Every knob of :func:`grpo_companion.rl.trainer.train` is a field of
-:class:`TrainConfig`, declared once with its help and valid values
-(:mod:`grpo_companion.rl.config`). Building a config checks its values and touches no
-device; :func:`grpo_companion.rl.machine.check_machine` asks the machine when a run is
+A run is configured by one frozen dataclass, :class:`TrainConfig`, which holds
+the two switches (``task``, ``exact``) and five sections:
+
+- :class:`RunConfig` (``run``): how long, which seed, where, and what is recorded;
+- :class:`GRPOConfig` (``grpo``): the objective (KL weight, anchor, calibration)
+  and the sampled update (group size, mu, clipping, KL estimator, loss type);
+- :class:`OptimConfig` (``optim``): the optimiser of the sampled update and the
+  solver of the exact one;
+- :class:`BanditConfig` (``bandit``), :class:`SequenceConfig` (``sequence``) and
+  :class:`ModelConfig` (``model``): the two tasks and the transformer.
+
+Each field is declared once: its type carries its check
+(:mod:`grpo_companion.rl.checks`) and, where it has one, its TRL name; the
+docstring under it is its help. ``python -m grpo_companion train`` is derived
+from these declarations by `tyro <https://brentyi.github.io/tyro/>`_
+(:mod:`grpo_companion.rl.cli`). Building a config checks every value and
+touches no device and no memory probe;
+:func:`grpo_companion.rl.machine.check_machine` asks the machine when a run is
 prepared.
+
+Field names are unique across the sections, so that
+``TrainConfig.flat(beta=0.5, group_size=8)`` and ``config.replace(seed=3)``
+can name a field without its section, and the command line spells every field
+``--field-name``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from dataclasses import dataclass
-from typing import Any
+import typing
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
 import torch
+import tyro
 
-from grpo_companion.rl import config as _config
 from grpo_companion.rl import losses
-from grpo_companion.rl.config import Choice, Flag, Int, Real, Reals, Text, knob
+from grpo_companion.rl.checks import TRL, Choice, Flag, Int, Real, Reals, Text, check_fields
 from grpo_companion.theory.normalizations import EPS_PLACEMENTS, NORMALIZATIONS
 
-TASKS = ("bandit", "sequence")
+Task = Literal["bandit", "sequence"]
+TASKS: tuple[str, ...] = typing.get_args(Task)
+Optimizer = Literal["adam", "sgd", "lbfgs"]
+OPTIMIZERS: tuple[str, ...] = typing.get_args(Optimizer)
+Dtype = Literal["float32", "float64"]
+DTYPES: tuple[str, ...] = typing.get_args(Dtype)
 KL_CHOICES = losses.KL_CHOICES
-OPTIMIZERS = ("adam", "sgd", "lbfgs")
-DTYPES = ("float32", "float64")
 #: The per-prompt metrics of an evaluated iteration (``metrics.csv``), in order.
 METRICS = ("success_prob", "kl_ref", "kl_prev", "entropy", "clip_fraction")
 #: The statistics of every iteration (``iterations.csv``), after its number.
@@ -51,6 +75,194 @@ CLIP_EPS_HIGH_MAX = 1e6
 #: costs under a fifth of the training time (``benchmarks/bench_trainer.py`` measures it).
 SEQUENCE_EVAL_EVERY = 50
 
+#: What TRL's ``scale_rewards`` values are here (the note of the TRL name table).
+_SCALE_REWARDS = (
+    '"group" is normalization="mean_std" with eps=1e-4 outside the square root '
+    '(eps_placement="std") and Bessel\'s ddof=1, the calibration "trl" (--calibration=trl); '
+    '"none" is normalization="mean_only" (--calibration=mean_only); "batch" (one standard '
+    "deviation over the whole batch) has no per-prompt equivalent and is not supported")
+_SCALE = TRL("scale_rewards")
+
+
+def _normalizations() -> tuple[str, ...]:
+    """The normalisations registered now (a check reads the registry when it runs)."""
+    return tuple(NORMALIZATIONS)
+
+
+def _kl_choices() -> tuple[str, ...]:
+    """The KL penalties the loss knows now."""
+    return tuple(losses.KL_CHOICES)
+
+
+class _Checked:
+    """Validates every field with the check in its type when the section is built."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class RunConfig(_Checked):
+    """How long the run is, its seed, its device, and what it records."""
+
+    iterations: Annotated[int, Int(1)] = 20
+    """outer GRPO iterations M"""
+    seed: Annotated[int, Int(0, MAX_SEED, text="an int in [0, 2**64 - 1]",
+                             why="generators take 64-bit seeds")] = 0
+    """seed of every random draw (task, sampling, pre-training)"""
+    device: Annotated[str, Text()] = "auto"
+    """auto (CUDA when available), cpu or cuda[:N]"""
+    dtype: Annotated[Dtype, Choice(values=DTYPES)] = "float32"
+    """precision of the tabular policies in sampled mode (exact mode always uses float64, the transformer always float32)"""
+    progress: Annotated[bool, Flag()] = True
+    """show a progress bar"""
+    checkpoint_every: Annotated[int, Int(1)] = 1
+    """write the checkpoint every this many iterations (and after the last)"""
+    eval_every: Annotated[int | None, Int(1, optional=True)] = None
+    """compute the per-prompt metrics (metrics.csv, TrainResult.metrics) every this many iterations, and always at iteration 0 and the last; None: every iteration for the bandit (its metrics are exact and cheap), every 50 for the sequence task (its sampled evaluation would otherwise cost several training iterations each time)"""
+
+
+@dataclass(frozen=True)
+class GRPOConfig(_Checked):
+    """The GRPO objective (Algorithm 1, eqs. 4-6, 9, 13, 17) and its sampled update."""
+
+    beta: Annotated[float, Real(*BETA_RANGE, or_zero=True,
+                                why="beyond it the KL term over- or underflows float32 and the "
+                                    "exact solve loses precision"), TRL("beta")] = 0.1
+    """weight of the KL penalty; 0: none, and no forward pass of pi_ref during training (TRL's default, DAPO's setting; not with exact, which divides by beta)"""
+    alpha: Annotated[float, Real(0.0, 1.0)] = 1.0
+    """reference share of the KL anchor: 1 is GRPO (eq. 6), 0 Mirror GRPO (eq. 9), in between two-KL (eq. 17)"""
+    ref_reset_every: Annotated[int | None, Int(1, optional=True)] = None
+    """set pi_ref <- pi every this many iterations (DeepSeekMath's iterative GRPO); None: never"""
+    ref_mixup_alpha: Annotated[float, Real(0.0, 1.0)] = 1.0
+    """at each reset, pi_ref's parameters become a theta + (1 - a) theta_ref with this a (TRL's sync_ref_model with ref_model_mixup_alpha; on the bandit's logits the recurrence of theory.analyses.staged.moving_reference_iterate); 1: pi_ref <- pi"""
+    normalization: Annotated[Literal[tuple(NORMALIZATIONS)],  # type: ignore[valid-type]
+                             Choice(values=_normalizations),
+                             TRL("scale_rewards", _SCALE_REWARDS)] = "mean_std"
+    """reward normalisation of the group advantages, a name registered in theory.NORMALIZATIONS (mean_std: GRPO's whitening, eq. 4; mean_only: Dr. GRPO's centring, eq. 13)"""
+    eps: Annotated[float, Real(EPS_MIN, finite=True, or_zero=True,
+                               why="a smaller one overflows 1 / eps"), _SCALE] = 1e-5
+    """smoothing constant of the group standard deviation"""
+    eps_placement: Annotated[Literal[EPS_PLACEMENTS],  # type: ignore[valid-type]
+                             Choice(values=EPS_PLACEMENTS), _SCALE] = "sqrt"
+    """sqrt: (r - mean) / sqrt(var + eps), the paper's eq. (4); std: (r - mean) / (std + eps), as TRL"""
+    ddof: Annotated[int, Int(0, 1, text="0 or 1"), _SCALE] = 0
+    """group variance: 0 divides by G (the paper), 1 by G - 1 (Bessel, as TRL)"""
+    exact_group_size: Annotated[int | None, Int(2, optional=True)] = None
+    """exact mode: the exact expected weights of a group of this many samples; None: the paper's population weights"""
+    group_size: Annotated[int, Int(2, why="a group of one output has no spread to normalise"),
+                          TRL("num_generations")] = 16
+    """G, outputs sampled per prompt"""
+    mu: Annotated[int, Int(1), TRL("num_iterations")] = 1
+    """optimiser steps per outer iteration on the same samples"""
+    clip_eps_low: Annotated[float | None, Real(0.0, 1.0, optional=True), TRL("epsilon"),
+                            tyro.conf.arg(aliases=("--clip-eps",))] = 0.2
+    """PPO clipping range below 1 (the ratio is kept >= 1 - clip_eps_low); None: no clipping"""
+    clip_eps_high: Annotated[float | None,
+                             Real(0.0, CLIP_EPS_HIGH_MAX, or_inf=True, optional=True,
+                                  why="1 + clip_eps_high must be a float32; inf: no upper "
+                                      "clipping"),
+                             TRL("epsilon_high")] = None
+    """clipping range above 1 (DAPO's clip-higher); None: the same as clip_eps_low"""
+    kl: Annotated[Literal[tuple(KL_CHOICES)],  # type: ignore[valid-type]
+                  Choice(values=_kl_choices),
+                  TRL("use_bias_correction_kl", 'True is kl="k3_ratio", False is kl="k3"')
+                  ] = "k3"
+    """KL penalty in the loss: a per-token estimator of theory.kl_estimators, or exact (bandit only: the exact KL of the tabular policies)"""
+    loss_type: Annotated[Literal[losses.LOSS_TYPES],  # type: ignore[valid-type]
+                         Choice(values=losses.LOSS_TYPES), TRL("loss_type")] = "grpo"
+    """how the per-token losses are averaged into one number, as TRL's loss_type"""
+    temperature: Annotated[float, Real(*TEMPERATURE_RANGE,
+                                       why="beyond it the tempered logits leave the float "
+                                           "range, or sampling is greedy or uniform"),
+                           TRL("temperature")] = 1.0
+    """sampling temperature (also applied to the log-probabilities of the loss)"""
+    prompts_per_iteration: Annotated[int | None, Int(1, optional=True)] = None
+    """prompts drawn per iteration; None: every bandit prompt, 64 sequence prompts"""
+
+
+@dataclass(frozen=True)
+class OptimConfig(_Checked):
+    """The optimiser of the sampled update, and the solver of the exact one."""
+
+    optimizer: Annotated[Optimizer, Choice(values=OPTIMIZERS)] = "adam"
+    """adam, sgd, or lbfgs (each of the mu steps is a full L-BFGS solve of the sampled objective, fresh every iteration)"""
+    lr: Annotated[float | None,
+                  Real(0.0, LR_MAX, open_low=True, optional=True,
+                       why="a larger step moves the logits beyond what float32 holds"),
+                  TRL("learning_rate")] = None
+    """learning rate; None: 0.1 for the bandit, 1e-3 for the sequence task"""
+    exact_tol: Annotated[float, Real(0.0, open_low=True, finite=True)] = 1e-12
+    """stationarity gap at which the exact solve stops; also the gradient tolerance of sampled-mode L-BFGS"""
+    exact_step: Annotated[float, Real(0.0, 1.0, open_low=True)] = 0.5
+    """mirror-ascent step of the exact solve, times beta"""
+    exact_max_iter: Annotated[int, Int(1)] = 500
+    """iteration cap of the exact solve and of sampled-mode L-BFGS"""
+
+
+@dataclass(frozen=True)
+class BanditConfig(_Checked):
+    """The bandit task: a tabular softmax policy over K outputs for each prompt."""
+
+    n_prompts: Annotated[int, Int(1)] = 256
+    """number of prompts"""
+    n_outputs: Annotated[int, Int(2)] = 16
+    """K, outputs per prompt"""
+    n_success: Annotated[int | None, Int(1, optional=True)] = None
+    """size of each prompt's success set; None: K // 10, at least 1"""
+    p_ref: Annotated[tuple[float, ...] | None, Reals(Real(0.0, 1.0), optional=True)] = None
+    """reference PoS values, cycled over the prompts; None: draws from Beta(p_ref_beta), and 0 for a fraction p_ref_zero_fraction of the prompts"""
+    p_ref_beta: Annotated[tuple[float, float],
+                          Reals(Real(0.0, open_low=True, finite=True), 2)] = (0.5, 2.0)
+    """parameters A, B of the Beta law of the reference PoS"""
+    p_ref_zero_fraction: Annotated[float, Real(0.0, 1.0)] = 0.1
+    """fraction of the prompts whose reference PoS is 0 (without p_ref)"""
+    logit_scale: Annotated[float, Real(0.0, finite=True)] = 1.0
+    """standard deviation of the random reference logits within the success and the failure sets"""
+
+
+@dataclass(frozen=True)
+class SequenceConfig(_Checked):
+    """The sequence task: two-digit additions, with a reference pre-trained to forget carries."""
+
+    max_operand: Annotated[int, Int(1, 99)] = 49
+    """largest operand of the additions"""
+    n_eval_prompts: Annotated[int, Int(1)] = 256
+    """held-out prompts whose PoS is tracked"""
+    grpo_prompts: Annotated[int | None, Int(1, optional=True)] = None
+    """GRPO trains on a fixed set of this many training prompts (ArithmeticTask.grpo_pool: the first of a seeded shuffle; pre-training still uses every training prompt); None: on all of them"""
+    grpo_beta_multipliers: Annotated[tuple[float, ...] | None,
+                                     Reals(Real(1e-3, 1e3), optional=True)] = None
+    """per-prompt KL weights: the i-th prompt of the GRPO pool (grpo_pool's order) is penalised with beta * multipliers[i % len(multipliers)], so that one run spreads the fixed points over prompts; needs grpo_prompts and beta > 0; None: beta for every prompt"""
+    eval_samples: Annotated[int, Int(1)] = 50
+    """samples per held-out prompt for the PoS estimate"""
+    carry_error_span: Annotated[float, Real(0.0, open_low=True, finite=True)] = 6.0
+    """the pre-training data forgets a carry with probability min(1, (u - 9) / span), u the sum of the units digits"""
+
+
+@dataclass(frozen=True)
+class ModelConfig(_Checked):
+    """The sequence task's transformer and its supervised pre-training (the reference)."""
+
+    d_model: Annotated[int, Int(1)] = 64
+    """transformer width"""
+    n_layers: Annotated[int, Int(1)] = 2
+    """transformer layers"""
+    n_heads: Annotated[int, Int(1)] = 4
+    """attention heads (d_model must be a multiple)"""
+    sft_steps: Annotated[int, Int(0)] = 600
+    """supervised pre-training steps of the reference"""
+    sft_batch_size: Annotated[int, Int(1)] = 256
+    """batch size of the pre-training"""
+    sft_lr: Annotated[float, Real(0.0, open_low=True, finite=True)] = 3e-3
+    """learning rate of the pre-training (Adam)"""
+
+
+#: The sections of :class:`TrainConfig`, by attribute name.
+SECTIONS: dict[str, type] = {"run": RunConfig, "grpo": GRPOConfig, "optim": OptimConfig,
+                             "bandit": BanditConfig, "sequence": SequenceConfig,
+                             "model": ModelConfig}
+
 
 def calibration_fields(calibration: Any) -> dict[str, Any]:
     """The fields of a :class:`TrainConfig` that a ``theory.Calibration`` sets."""
@@ -68,259 +280,167 @@ def variant_fields(variant: Any) -> dict[str, Any]:
     return {**calibration_fields(variant.calibration), "alpha": variant.alpha}
 
 
-RUN, OBJECTIVE, SAMPLED, BANDIT, SEQUENCE, SOLVERS = (
-    "run", "objective", "sampled updates", "bandit task", "sequence task", "solvers")
+def merge_preset(preset: dict[str, Any], passed: dict[str, Any], *, label: str,
+                 name_of: Any = str) -> dict[str, Any]:
+    """``passed`` completed by ``preset``; ``ValueError`` naming both where they disagree."""
+    clashes = [k for k, v in preset.items() if k in passed and passed[k] != v]
+    if clashes:
+        sets = ", ".join(f"{name_of(k)}={preset[k]!r}" for k in clashes)
+        given = ", ".join(f"{name_of(k)}={passed[k]!r}" for k in clashes)
+        raise ValueError(f"{label} sets {sets}, but {given} was given as well; give only one "
+                         "of them, or values that agree")
+    return {**passed, **preset}
 
-#: What TRL's ``scale_rewards`` values are here (the note of the TRL name table).
-_SCALE_REWARDS = (
-    '"group" is normalization="mean_std" with eps=1e-4 outside the square root '
-    '(eps_placement="std") and Bessel\'s ddof=1, the calibration "trl" (--calibration=trl); '
-    '"none" is normalization="mean_only" (--calibration=dr_grpo); "batch" (one standard '
-    "deviation over the whole batch) has no per-prompt equivalent and is not supported")
+
+@functools.cache
+def section_of() -> dict[str, str]:
+    """The section of every field, by field name (``{"beta": "grpo", ...}``)."""
+    where: dict[str, str] = {}
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            if f.name in where or f.name in ("task", "exact"):
+                raise TypeError(f"field {f.name!r} is declared twice")
+            where[f.name] = section
+    return where
 
 
-@_config.accepts_preset("variant", variant_fields,
-                        label=lambda v: f"variant={getattr(v, 'name', v)!r}")
 @dataclass(frozen=True)
 class TrainConfig:
-    """Every knob of a toy GRPO run in one place (Algorithm 1, App. B).
+    """Every knob of a toy GRPO run (Algorithm 1, App. B): two switches and five sections.
 
-    Each field is declared once, with its help text and valid values (see
-    :mod:`grpo_companion.rl.config`); the validation, the ``train`` command
-    line and the TRL name table are generated from these declarations. Every
-    field is validated on construction; a bad value raises ``ValueError``
-    naming the field, its value and the valid range.
-
-    ``TrainConfig(variant=theory.Variant(...), ...)`` takes the calibration
-    (``normalization``, ``eps``, ``eps_placement``, ``ddof`` and, from its
-    ``group_size``, ``exact_group_size``) and ``alpha`` from a GRPO variant; a
-    field passed as well must agree with it. :attr:`variant` and
-    :attr:`calibration` give them back (the variant's label is not kept).
-
-    The fields, by group (default, meaning, valid values):
+    ``TrainConfig(task="sequence", grpo=GRPOConfig(beta=0.5), run=RunConfig(seed=3))``
+    builds one section by section; :meth:`flat` takes the fields by name alone, and
+    :meth:`replace` changes some. Every field is validated on construction; a bad value
+    raises ``ValueError`` naming the field, its value and the valid range, and so does
+    a combination of fields that cannot run together. :attr:`variant` and
+    :attr:`calibration` are the run's GRPO variant, as the theory takes it.
     """
 
-    task: str = knob(
-        "bandit", "bandit: a tabular softmax policy over K outputs per prompt; sequence: a "
-        "tiny transformer learning two-digit addition", Choice(values=TASKS), group=RUN)
-    exact: bool = knob(
-        False, "bandit only: every sample average replaced by its expectation and each "
-        "iteration solved to convergence (the paper's recurrence), in float64; the sampling "
-        "knobs (group_size, mu, clip_eps_*, kl, loss_type, optimizer, lr, temperature, "
-        "prompts_per_iteration) are ignored", Flag(), group=RUN)
-    iterations: int = knob(20, "outer GRPO iterations M", Int(1), group=RUN)
-    seed: int = knob(
-        0, "seed of every random draw (task, sampling, pre-training)",
-        Int(0, MAX_SEED, text="an int in [0, 2**64 - 1]", why="generators take 64-bit seeds"),
-        group=RUN)
-    device: str = knob("auto", "auto (CUDA when available), cpu or cuda[:N]", Text(), group=RUN)
-    dtype: str = knob(
-        "float32", "precision of the tabular policies in sampled mode (exact mode always uses "
-        "float64, the transformer always float32)", Choice(values=DTYPES), group=RUN)
-    progress: bool = knob(True, "show a progress bar", Flag(), group=RUN)
-    checkpoint_every: int = knob(
-        1, "write the checkpoint every this many iterations (and after the last)",
-        Int(1), group=RUN)
-    eval_every: int | None = knob(
-        None, "compute the per-prompt metrics (metrics.csv, TrainResult.metrics) every this "
-        "many iterations, and always at iteration 0 and the last; none: every iteration for "
-        "the bandit (its metrics are exact and cheap), every "
-        f"{SEQUENCE_EVAL_EVERY} for the sequence task (its sampled evaluation would otherwise "
-        "cost several training iterations each time)", Int(1, optional=True), group=RUN)
-
-    beta: float = knob(
-        0.1, "weight of the KL penalty; 0: none, and no forward pass of pi_ref during training "
-        "(TRL's default, DAPO's setting; not with exact, which divides by beta)",
-        Real(*BETA_RANGE, or_zero=True,
-             why="beyond it the KL term over- or underflows float32 and the exact solve loses "
-                 "precision"),
-        group=OBJECTIVE, trl="beta")
-    alpha: float = knob(
-        1.0, "reference share of the KL anchor: 1 is GRPO (eq. 6), 0 Mirror GRPO (eq. 9), "
-        "in between two-KL (eq. 17)", Real(0.0, 1.0), group=OBJECTIVE)
-    ref_reset_every: int | None = knob(
-        None, "set pi_ref <- pi every this many iterations (DeepSeekMath's iterative GRPO); "
-        "none: never", Int(1, optional=True), group=OBJECTIVE)
-    ref_mixup_alpha: float = knob(
-        1.0, "at each reset, pi_ref's parameters become a theta + (1 - a) theta_ref with this "
-        "a (TRL's sync_ref_model with ref_model_mixup_alpha; on the bandit's logits the "
-        "recurrence of theory.staged.moving_reference_iterate); 1: pi_ref <- pi",
-        Real(0.0, 1.0), group=OBJECTIVE)
-    normalization: str = knob(
-        "mean_std", "reward normalisation of the group advantages, a name registered in "
-        "theory.NORMALIZATIONS (mean_std: GRPO's whitening, eq. 4; mean_only: Dr. GRPO's "
-        "centring, eq. 13)", Choice(values=lambda: tuple(NORMALIZATIONS)),
-        group=OBJECTIVE, trl=("scale_rewards", _SCALE_REWARDS))
-    eps: float = knob(
-        1e-5, "smoothing constant of the group standard deviation",
-        Real(EPS_MIN, finite=True, or_zero=True, why="a smaller one overflows 1 / eps"),
-        group=OBJECTIVE, trl=("scale_rewards", ""))
-    eps_placement: str = knob(
-        "sqrt", "sqrt: (r - mean) / sqrt(var + eps), the paper's eq. (4); std: "
-        "(r - mean) / (std + eps), as TRL", Choice(values=EPS_PLACEMENTS),
-        group=OBJECTIVE, trl=("scale_rewards", ""))
-    ddof: int = knob(
-        0, "group variance: 0 divides by G (the paper), 1 by G - 1 (Bessel, as TRL)",
-        Int(0, 1, text="0 or 1"), group=OBJECTIVE, trl=("scale_rewards", ""))
-    exact_group_size: int | None = knob(
-        None, "exact mode: the exact expected weights of a group of this many samples; none: "
-        "the paper's population weights", Int(2, optional=True), group=OBJECTIVE)
-
-    group_size: int = knob(
-        16, "G, outputs sampled per prompt",
-        Int(2, why="a group of one output has no spread to normalise"), group=SAMPLED,
-        trl="num_generations")
-    mu: int = knob(1, "optimiser steps per outer iteration on the same samples", Int(1),
-                   group=SAMPLED, trl="num_iterations")
-    clip_eps_low: float | None = knob(
-        0.2, "PPO clipping range below 1 (the ratio is kept >= 1 - clip_eps_low); none: no "
-        "clipping", Real(0.0, 1.0, optional=True, none_words=("none", "inf")),
-        group=SAMPLED, options=("--clip-eps", "--clip-eps-low"), trl="epsilon")
-    clip_eps_high: float | None = knob(
-        None, "clipping range above 1 (DAPO's clip-higher); none: the same as clip_eps_low",
-        Real(0.0, CLIP_EPS_HIGH_MAX, or_inf=True, optional=True,
-             why="1 + clip_eps_high must be a float32; inf: no upper clipping"),
-        group=SAMPLED, trl="epsilon_high")
-    kl: str = knob(
-        "k3", "KL penalty in the loss: the per-token estimators "
-        f"{', '.join(losses.KL_ESTIMATORS)}, or exact (bandit only: the exact KL of the tabular "
-        "policies)", Choice(values=KL_CHOICES),
-        group=SAMPLED, trl=("use_bias_correction_kl", 'True is kl="k3_ratio", False is '
-                            'kl="k3"'))
-    loss_type: str = knob(
-        "grpo", "how the per-token losses are averaged into one number, as TRL's loss_type",
-        Choice(values=losses.LOSS_TYPES), group=SAMPLED, trl="loss_type")
-    optimizer: str = knob(
-        "adam", "adam, sgd, or lbfgs (each of the mu steps is a full L-BFGS solve of the "
-        "sampled objective, fresh every iteration)", Choice(values=OPTIMIZERS),
-        group=SAMPLED)
-    lr: float | None = knob(
-        None, "learning rate; none: 0.1 for the bandit, 1e-3 for the sequence task",
-        Real(0.0, LR_MAX, open_low=True, optional=True,
-             why="a larger step moves the logits beyond what float32 holds"),
-        group=SAMPLED, trl="learning_rate")
-    temperature: float = knob(
-        1.0, "sampling temperature (also applied to the log-probabilities of the loss)",
-        Real(*TEMPERATURE_RANGE, why="beyond it the tempered logits leave the float range, "
-                                     "or sampling is greedy or uniform"),
-        group=SAMPLED, trl="temperature")
-    prompts_per_iteration: int | None = knob(
-        None, "prompts drawn per iteration; none: every bandit prompt, 64 sequence prompts",
-        Int(1, optional=True), group=SAMPLED)
-
-    n_prompts: int = knob(256, "number of prompts", Int(1), group=BANDIT)
-    n_outputs: int = knob(16, "K, outputs per prompt", Int(2), group=BANDIT)
-    n_success: int | None = knob(
-        None, "size of each prompt's success set; none: K // 10, at least 1",
-        Int(1, optional=True), group=BANDIT)
-    p_ref: tuple[float, ...] | None = knob(
-        None, "reference PoS values, cycled over the prompts; none: draws from "
-        "Beta(p_ref_beta), and 0 for a fraction p_ref_zero_fraction of the prompts",
-        Reals(Real(0.0, 1.0), optional=True), group=BANDIT)
-    p_ref_beta: tuple[float, float] = knob(
-        (0.5, 2.0), "parameters A, B of the Beta law of the reference PoS",
-        Reals(Real(0.0, open_low=True, finite=True), 2), group=BANDIT, metavar=("A", "B"))
-    p_ref_zero_fraction: float = knob(
-        0.1, "fraction of the prompts whose reference PoS is 0 (without p_ref)",
-        Real(0.0, 1.0), group=BANDIT)
-    logit_scale: float = knob(
-        1.0, "standard deviation of the random reference logits within the success and the "
-        "failure sets", Real(0.0, finite=True), group=BANDIT)
-
-    max_operand: int = knob(49, "largest operand of the additions", Int(1, 99), group=SEQUENCE)
-    n_eval_prompts: int = knob(256, "held-out prompts whose PoS is tracked", Int(1),
-                               group=SEQUENCE)
-    grpo_prompts: int | None = knob(
-        None, "GRPO trains on a fixed set of this many training prompts (ArithmeticTask."
-        "grpo_pool: the first of a seeded shuffle; pre-training still uses every training "
-        "prompt); none: on all of them", Int(1, optional=True), group=SEQUENCE)
-    grpo_beta_multipliers: tuple[float, ...] | None = knob(
-        None, "per-prompt KL weights: the i-th prompt of the GRPO pool (grpo_pool's order) is "
-        "penalised with beta * multipliers[i % len(multipliers)], so that one run spreads the "
-        "fixed points over prompts; needs grpo_prompts and beta > 0; none: beta for every "
-        "prompt", Reals(Real(1e-3, 1e3), optional=True), group=SEQUENCE)
-    eval_samples: int = knob(50, "samples per held-out prompt for the PoS estimate", Int(1),
-                             group=SEQUENCE)
-    carry_error_span: float = knob(
-        6.0, "the pre-training data forgets a carry with probability min(1, (u - 9) / span), "
-        "u the sum of the units digits", Real(0.0, open_low=True, finite=True),
-        group=SEQUENCE)
-    sft_steps: int = knob(600, "supervised pre-training steps of the reference", Int(0),
-                          group=SEQUENCE)
-    sft_batch_size: int = knob(256, "batch size of the pre-training", Int(1), group=SEQUENCE)
-    sft_lr: float = knob(3e-3, "learning rate of the pre-training (Adam)",
-                         Real(0.0, open_low=True, finite=True), group=SEQUENCE)
-    d_model: int = knob(64, "transformer width", Int(1), group=SEQUENCE)
-    n_layers: int = knob(2, "transformer layers", Int(1), group=SEQUENCE)
-    n_heads: int = knob(4, "attention heads (d_model must be a multiple)", Int(1),
-                        group=SEQUENCE)
-
-    exact_tol: float = knob(
-        1e-12, "stationarity gap at which the exact solve stops; also the gradient tolerance "
-        "of sampled-mode L-BFGS", Real(0.0, open_low=True, finite=True), group=SOLVERS)
-    exact_step: float = knob(
-        0.5, "mirror-ascent step of the exact solve, times beta",
-        Real(0.0, 1.0, open_low=True), group=SOLVERS)
-    exact_max_iter: int = knob(
-        500, "iteration cap of the exact solve and of sampled-mode L-BFGS", Int(1),
-        group=SOLVERS)
+    task: Annotated[Task, Choice(values=TASKS)] = "bandit"
+    """bandit: a tabular softmax policy over K outputs per prompt; sequence: a tiny transformer learning two-digit addition"""
+    exact: Annotated[bool, Flag()] = False
+    """bandit only: every sample average replaced by its expectation and each iteration solved to convergence (the paper's recurrence), in float64; the fields of the sampled update (group_size, mu, clip_eps_*, kl, loss_type, temperature, prompts_per_iteration, optimizer, lr) are not used"""
+    run: RunConfig = field(default_factory=RunConfig)
+    """how long, which seed, where, what is recorded"""
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    """the objective and the sampled update"""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """the optimiser and the exact solver"""
+    bandit: BanditConfig = field(default_factory=BanditConfig)
+    """the bandit task"""
+    sequence: SequenceConfig = field(default_factory=SequenceConfig)
+    """the sequence task"""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """the sequence task's transformer"""
 
     def __post_init__(self) -> None:
-        _config.check_fields(self)
+        Choice(values=TASKS).validate("task", self.task)
+        Flag().validate("exact", self.exact)
+        for name, cls in SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise ValueError(f"{name} must be a {cls.__name__}, got "
+                                 f"{getattr(self, name)!r}")
         self._check_combinations()
 
+    # ----------------------------------------------------------- by field name
+    @classmethod
+    def flat(cls, *, variant: Any = None, **fields: Any) -> TrainConfig:
+        """The config with these fields, each named alone (``beta=0.5``, not its section).
+
+        ``variant=theory.Variant(...)`` sets the calibration (``normalization``, ``eps``,
+        ``eps_placement``, ``ddof`` and, from its ``group_size``, ``exact_group_size``)
+        and ``alpha``; a field passed as well must agree with it.
+        """
+        if variant is not None:
+            fields = merge_preset(variant_fields(variant), fields,
+                                  label=f"variant={getattr(variant, 'name', variant)!r}")
+        return cls()._with(fields)
+
+    def replace(self, **fields: Any) -> TrainConfig:
+        """A copy with these fields changed, each named alone (``config.replace(seed=3)``)."""
+        return self._with(fields)
+
+    def _with(self, fields: dict[str, Any]) -> TrainConfig:
+        where = section_of()
+        unknown = sorted(set(fields) - set(where) - {"task", "exact"})
+        if unknown:
+            raise TypeError(f"TrainConfig has no field {unknown[0]!r}")
+        by_section: dict[str, dict[str, Any]] = {}
+        for name, value in fields.items():
+            if name not in ("task", "exact"):
+                by_section.setdefault(where[name], {})[name] = value
+        changes: dict[str, Any] = {k: fields[k] for k in ("task", "exact") if k in fields}
+        for section, values in by_section.items():
+            changes[section] = dataclasses.replace(getattr(self, section), **values)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field by its name, in one JSON-ready level (names are unique across sections)."""
+        out: dict[str, Any] = {"task": self.task, "exact": self.exact}
+        for section in SECTIONS:
+            for name, value in dataclasses.asdict(getattr(self, section)).items():
+                out[name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    # ------------------------------------------------------------ combinations
     def _check_combinations(self) -> None:
         """The checks that involve several fields (each field is already valid alone)."""
-        def bad(name: str, valid: str) -> ValueError:
-            return ValueError(f"{name} must be {valid}, got {getattr(self, name)!r}")
+        run, grpo, optim = self.run, self.grpo, self.optim
+        bandit, sequence, model = self.bandit, self.sequence, self.model
 
-        losses._clip_bounds(self.clip_eps_low, self.clip_eps_high)
-        if self.ref_mixup_alpha != 1.0 and self.ref_reset_every is None:
-            raise bad("ref_mixup_alpha", "1.0 when ref_reset_every is None (it mixes pi_ref "
-                      "toward pi at each reset)")
-        if self.n_success is not None and self.n_success >= self.n_outputs:
-            raise bad("n_success", f"None or an int in [1, {self.n_outputs - 1}]")
-        n_pairs = (self.max_operand + 1) ** 2
-        if self.n_eval_prompts >= n_pairs:
-            raise bad("n_eval_prompts", f"an int in [1, {n_pairs - 1}] (max_operand="
-                                        f"{self.max_operand})")
-        if self.d_model % self.n_heads:
-            raise bad("d_model", f"a multiple of n_heads={self.n_heads}")
+        def bad(section: Any, name: str, valid: str) -> ValueError:
+            return ValueError(f"{name} must be {valid}, got {getattr(section, name)!r}")
+
+        losses._clip_bounds(grpo.clip_eps_low, grpo.clip_eps_high)
+        if grpo.ref_mixup_alpha != 1.0 and grpo.ref_reset_every is None:
+            raise bad(grpo, "ref_mixup_alpha", "1.0 when ref_reset_every is None (it mixes "
+                      "pi_ref toward pi at each reset)")
+        if bandit.n_success is not None and bandit.n_success >= bandit.n_outputs:
+            raise bad(bandit, "n_success", f"None or an int in [1, {bandit.n_outputs - 1}]")
+        n_pairs = (sequence.max_operand + 1) ** 2
+        if sequence.n_eval_prompts >= n_pairs:
+            raise bad(sequence, "n_eval_prompts", f"an int in [1, {n_pairs - 1}] "
+                                                  f"(max_operand={sequence.max_operand})")
+        if model.d_model % model.n_heads:
+            raise bad(model, "d_model", f"a multiple of n_heads={model.n_heads}")
         if self.exact and self.task != "bandit":
-            raise bad("exact", "False for task='sequence' (exact mode needs a tabular policy)")
-        if self.exact and self.beta == 0:
+            raise bad(self, "exact", "False for task='sequence' (exact mode needs a tabular "
+                                     "policy)")
+        if self.exact and grpo.beta == 0:
             raise ValueError(
                 "exact=True cannot be combined with beta=0: the exact iteration pi ∝ pi_ref "
                 "exp(A / beta) divides by beta; use beta > 0, or exact=False (sampled GRPO "
                 "without a KL penalty)")
-        if self.kl == "exact" and self.task != "bandit":
-            raise bad("kl", f"one of {losses.KL_ESTIMATORS} for task='sequence' "
-                            "(the exact KL needs a tabular policy)")
-        if self.grpo_beta_multipliers is not None:
-            if self.task != "sequence" or self.grpo_prompts is None or self.beta == 0:
-                raise bad("grpo_beta_multipliers", "None unless task='sequence', grpo_prompts "
-                          "is set and beta > 0 (the multipliers scale beta per GRPO prompt)")
+        if grpo.kl == "exact" and self.task != "bandit":
+            raise bad(grpo, "kl", f"one of {losses.KL_ESTIMATORS} for task='sequence' "
+                                  "(the exact KL needs a tabular policy)")
+        if sequence.grpo_beta_multipliers is not None:
+            if self.task != "sequence" or sequence.grpo_prompts is None or grpo.beta == 0:
+                raise bad(sequence, "grpo_beta_multipliers",
+                          "None unless task='sequence', grpo_prompts is set and beta > 0 "
+                          "(the multipliers scale beta per GRPO prompt)")
             low, high = BETA_RANGE
-            for m in self.grpo_beta_multipliers:
-                if not low <= self.beta * m <= high:
-                    raise bad("grpo_beta_multipliers", f"multipliers m with beta * m in "
-                              f"[{low:g}, {high:g}] (beta={self.beta:g}), got {m!r}")
-        pool = n_pairs - self.n_eval_prompts
-        if self.grpo_prompts is not None and self.grpo_prompts > pool:
-            raise bad("grpo_prompts", f"None or an int in [1, {pool}] (the training prompts "
-                                      f"left by n_eval_prompts={self.n_eval_prompts})")
-        if self.prompts_per_iteration is not None:
-            limit = self.n_prompts if self.task == "bandit" else self.grpo_prompts or pool
-            if self.prompts_per_iteration > limit:
-                raise bad("prompts_per_iteration", f"None or an int in [1, {limit}]")
-        if not self.exact and self.optimizer == "lbfgs" and self.beta == 0 and (
-                self.clip_eps_low is None or self.clip_eps_low == math.inf):
+            for m in sequence.grpo_beta_multipliers:
+                if not low <= grpo.beta * m <= high:
+                    raise bad(sequence, "grpo_beta_multipliers",
+                              f"multipliers m with beta * m in [{low:g}, {high:g}] "
+                              f"(beta={grpo.beta:g}), got {m!r}")
+        pool = n_pairs - sequence.n_eval_prompts
+        if sequence.grpo_prompts is not None and sequence.grpo_prompts > pool:
+            raise bad(sequence, "grpo_prompts", f"None or an int in [1, {pool}] (the training "
+                      f"prompts left by n_eval_prompts={sequence.n_eval_prompts})")
+        if grpo.prompts_per_iteration is not None:
+            limit = bandit.n_prompts if self.task == "bandit" else sequence.grpo_prompts or pool
+            if grpo.prompts_per_iteration > limit:
+                raise bad(grpo, "prompts_per_iteration", f"None or an int in [1, {limit}]")
+        if not self.exact and optim.optimizer == "lbfgs" and grpo.beta == 0 and (
+                grpo.clip_eps_low is None or grpo.clip_eps_low == math.inf):
             raise ValueError(
                 "optimizer='lbfgs' cannot be combined with beta=0 and clip_eps_low=None: "
                 "without a KL penalty or clipping the sampled objective is unbounded, so there "
                 "is no minimum to reach; set beta > 0 or clip_eps_low, or use optimizer='adam' "
                 "or 'sgd'")
-        if not self.exact and self.optimizer == "lbfgs" and self.kl == "k1" and self.beta > 0:
+        if not self.exact and optim.optimizer == "lbfgs" and grpo.kl == "k1" and grpo.beta > 0:
             raise ValueError(
                 "optimizer='lbfgs' cannot be combined with kl='k1': L-BFGS minimises the "
                 "sampled objective to convergence, and the k1 penalty (log pi - log pi_ref on "
@@ -328,36 +448,37 @@ class TrainConfig:
                 f"kl={' or '.join(repr(k) for k in KL_CHOICES if k != 'k1')}, or optimizer='adam' "
                 "or 'sgd'")
         if self.task == "sequence":
-            limit = (MAX_SEED - self.iterations) // EVAL_SEED_FACTOR
-            if self.seed > limit:
-                raise bad("seed", f"an int in [0, {limit}] for task='sequence' (the evaluation "
-                          f"of iteration n is seeded with seed * {EVAL_SEED_FACTOR} + n, which "
-                          "must fit in 64 bits)")
-        parse_device(self.device)  # its form; whether this machine has it: machine.check_machine
+            limit = (MAX_SEED - run.iterations) // EVAL_SEED_FACTOR
+            if run.seed > limit:
+                raise bad(run, "seed", f"an int in [0, {limit}] for task='sequence' (the "
+                          f"evaluation of iteration n is seeded with seed * {EVAL_SEED_FACTOR} "
+                          "+ n, which must fit in 64 bits)")
+        parse_device(run.device)  # its form; whether this machine has it: machine.check_machine
 
+    # ----------------------------------------------------------------- derived
     @property
     def evaluation_interval(self) -> int:
         """``eval_every``, or the task's default when it is None."""
-        if self.eval_every is not None:
-            return self.eval_every
+        if self.run.eval_every is not None:
+            return self.run.eval_every
         return 1 if self.task == "bandit" else SEQUENCE_EVAL_EVERY
 
     def evaluated(self, iteration: int) -> bool:
         """Whether the per-prompt metrics are computed after ``iteration`` (0: pi_ref)."""
-        return (iteration % self.evaluation_interval == 0 or iteration == self.iterations)
+        return iteration % self.evaluation_interval == 0 or iteration == self.run.iterations
 
     @property
     def eval_iterations(self) -> tuple[int, ...]:
         """The iterations whose per-prompt metrics are computed, in order (0 and the last)."""
-        every = self.evaluation_interval
-        last = () if self.iterations % every == 0 else (self.iterations,)
-        return (*range(0, self.iterations + 1, every), *last)
+        every, last_iteration = self.evaluation_interval, self.run.iterations
+        last = () if last_iteration % every == 0 else (last_iteration,)
+        return (*range(0, last_iteration + 1, every), *last)
 
     @property
     def n_evaluations(self) -> int:
         """``len(eval_iterations)``, without listing them."""
-        return self.iterations // self.evaluation_interval + 1 + (
-            self.iterations % self.evaluation_interval != 0)
+        every, iterations = self.evaluation_interval, self.run.iterations
+        return iterations // every + 1 + (iterations % every != 0)
 
     @property
     def calibration(self) -> Any:
@@ -369,24 +490,17 @@ class TrainConfig:
         """
         from grpo_companion import theory
 
-        return theory.Calibration(normalization=self.normalization, eps=self.eps,
-                                  eps_placement=self.eps_placement,
-                                  group_size=self.exact_group_size, ddof=self.ddof)
+        g = self.grpo
+        return theory.Calibration(normalization=g.normalization, eps=g.eps,
+                                  eps_placement=g.eps_placement,
+                                  group_size=g.exact_group_size, ddof=g.ddof)
 
     @property
     def variant(self) -> Any:
         """The run's GRPO variant: its :attr:`calibration` and the anchor with share ``alpha``."""
         from grpo_companion.theory.variants import Anchor, Variant
 
-        return Variant(self.calibration, Anchor(self.alpha))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dictionary of every field."""
-        return {k: list(v) if isinstance(v, tuple) else v
-                for k, v in dataclasses.asdict(self).items()}
-
-
-TrainConfig.__doc__ = (TrainConfig.__doc__ or "") + _config.fields_doc(TrainConfig)
+        return Variant(self.calibration, Anchor(self.grpo.alpha))
 
 
 def parse_device(device: str) -> torch.device | None:

@@ -115,13 +115,13 @@ def training_loop(run: RunState, recorder: Recorder) -> None:
     :class:`~grpo_companion.rl.recorder.IterationRecord`.
     """
     config = run.config
-    for n in range(run.iteration + 1, config.iterations + 1):
+    for n in range(run.iteration + 1, config.run.iterations + 1):
         run.iteration = n
         evaluated = config.evaluated(n)
         # line 5, pi_old <- pi. A frozen copy only where pi_old is read after the policy has
         # moved (the metrics' kl_prev, the exact KL): otherwise the policy itself samples,
         # before its first step, and the first loss gives pi_old's log-probabilities
-        keep_old = evaluated or config.exact or config.kl == "exact"
+        keep_old = evaluated or config.exact or config.grpo.kl == "exact"
         old = frozen_copy(run.policy) if keep_old else run.policy
         if config.exact:
             stats = exact_iteration(run, old)
@@ -129,8 +129,9 @@ def training_loop(run: RunState, recorder: Recorder) -> None:
         else:
             stats, clip_fraction = grpo_iteration(run, old)
         metrics = _evaluate(run, old, clip_fraction) if evaluated else None
-        if config.ref_reset_every and n % config.ref_reset_every == 0:
-            run.ref_policy = mixed_reference(run.ref_policy, run.policy, config.ref_mixup_alpha)
+        if config.grpo.ref_reset_every and n % config.grpo.ref_reset_every == 0:
+            run.ref_policy = mixed_reference(run.ref_policy, run.policy,
+                                             config.grpo.ref_mixup_alpha)
         recorder.record(run, IterationRecord(n, {"iteration": n, **stats}, metrics))
 
 
@@ -142,7 +143,8 @@ def grpo_iteration(run: RunState, old: torch.nn.Module) -> tuple[dict[str, float
     pi_old's per-token log-probabilities are those of the first loss (taken before any
     step), and pi_ref is run only where the loss has a KL to it (``beta, alpha > 0``).
     """
-    config, task, group = run.config, run.grpo_task, run.config.group_size
+    grpo, task = run.config.grpo, run.grpo_task
+    group = grpo.group_size
     with torch.no_grad():
         chosen = task.choose_prompts(run.generator)  # line 4: a batch of prompts
         groups = task.sample(old, chosen, run.generator)  # line 6: G outputs of pi_old each
@@ -154,32 +156,31 @@ def grpo_iteration(run: RunState, old: torch.nn.Module) -> tuple[dict[str, float
         except ValueError as err:  # the table refuses gains that are not finite
             raise run.weights_fault(str(err)) from None
         fixed = _fixed_log_probs(run, old, groups)
-    beta: float | torch.Tensor = config.beta if run.prompt_beta is None else (
+    beta: float | torch.Tensor = grpo.beta if run.prompt_beta is None else (
         run.prompt_beta[chosen].repeat_interleave(group))
     loss_of = functools.partial(  # line 10's loss, all but the policy's log-probabilities
         losses.grpo_loss, ref_logp=fixed.ref, advantages=advantages, mask=groups.mask,
-        clip_eps_low=config.clip_eps_low, clip_eps_high=config.clip_eps_high, beta=beta,
-        kl=config.kl, loss_type=config.loss_type, max_completion_length=groups.mask.shape[1],
-        alpha=config.alpha)
+        clip_eps_low=grpo.clip_eps_low, clip_eps_high=grpo.clip_eps_high, beta=beta, kl=grpo.kl,
+        loss_type=grpo.loss_type, max_completion_length=groups.mask.shape[1], alpha=grpo.alpha)
 
     def tabular() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """kl="exact": pi (differentiable), pi_ref and pi_old on the batch's prompts."""
         if fixed.tabular_ref is None or fixed.tabular_old is None:
             return None
-        return (run.policy.log_probs(chosen, temperature=config.temperature),
+        return (run.policy.log_probs(chosen, temperature=grpo.temperature),
                 fixed.tabular_ref, fixed.tabular_old)
 
     mask_f = groups.mask.to(next(run.policy.parameters()).dtype)
     clipped_tokens = torch.zeros_like(mask_f)
     step_losses: list[float] = []
-    for _ in range(config.mu):  # lines 9-11: mu optimiser steps (line 10) on the same groups
+    for _ in range(grpo.mu):  # lines 9-11: mu optimiser steps (line 10) on the same groups
         logp = task.log_probs(run.policy, groups)
         if fixed.old is None:  # the first loss: the policy is still pi_old
             fixed.old = logp.detach()
         loss = loss_of(logp, fixed.old, tabular=tabular())
         clipped = losses.clipped_tokens(logp.detach(), fixed.old, advantages,
-                                        clip_eps_low=config.clip_eps_low,
-                                        clip_eps_high=config.clip_eps_high)
+                                        clip_eps_low=grpo.clip_eps_low,
+                                        clip_eps_high=grpo.clip_eps_high)
         if run.optimizer is not None:  # Adam or SGD: one step
             run.optimizer.zero_grad()
             loss.backward()
@@ -190,9 +191,9 @@ def grpo_iteration(run: RunState, old: torch.nn.Module) -> tuple[dict[str, float
         step_losses.append(float(loss.detach()))
         clipped_tokens += clipped.to(mask_f.dtype) * mask_f
     per_prompt = clipped_tokens.view(len(chosen), -1).sum(1) / (
-        mask_f.view(len(chosen), -1).sum(1) * config.mu)
+        mask_f.view(len(chosen), -1).sum(1) * grpo.mu)
     stats = {"loss": float(np.mean(step_losses)), "mean_reward": float(rewards.mean()),
-             "clip_fraction": float(clipped_tokens.sum() / (mask_f.sum() * config.mu))}
+             "clip_fraction": float(clipped_tokens.sum() / (mask_f.sum() * grpo.mu))}
     return stats, task.clip_fraction(chosen, per_prompt)
 
 
@@ -215,11 +216,11 @@ class FixedLogProbs:
 
 def _fixed_log_probs(run: RunState, old: torch.nn.Module, groups: Groups) -> FixedLogProbs:
     """pi_ref's log-probabilities where the loss has a KL to pi_ref (beta, alpha > 0)."""
-    config, temp = run.config, run.config.temperature
-    penalised = config.beta > 0
-    needs_ref = penalised and config.kl != "exact" and config.alpha > 0
+    config, temp = run.config, run.config.grpo.temperature
+    penalised = config.grpo.beta > 0
+    needs_ref = penalised and config.grpo.kl != "exact" and config.grpo.alpha > 0
     ref_logp = run.grpo_task.log_probs(run.ref_policy, groups) if needs_ref else None
-    if config.kl != "exact" or not penalised:
+    if config.grpo.kl != "exact" or not penalised:
         return FixedLogProbs(None, ref_logp)
     return FixedLogProbs(None, ref_logp, run.ref_policy.log_probs(groups.chosen, temperature=temp),
                          old.log_probs(groups.chosen, temperature=temp))
@@ -228,8 +229,9 @@ def _fixed_log_probs(run: RunState, old: torch.nn.Module, groups: Groups) -> Fix
 def _lbfgs_solve(run: RunState, n_prompts: int, loss_now: Callable[[], torch.Tensor]) -> None:
     """Minimise ``loss_now`` by a fresh L-BFGS (strong Wolfe line search) to ``exact_tol``."""
     config = run.config
-    lbfgs = torch.optim.LBFGS(run.policy.parameters(), lr=1.0, max_iter=config.exact_max_iter,
-                              tolerance_grad=config.exact_tol / n_prompts,
+    lbfgs = torch.optim.LBFGS(run.policy.parameters(), lr=1.0,
+                              max_iter=config.optim.exact_max_iter,
+                              tolerance_grad=config.optim.exact_tol / n_prompts,
                               tolerance_change=0.0, history_size=50,
                               line_search_fn="strong_wolfe")
 
@@ -269,7 +271,7 @@ class PreparedRun:
                  lock: io.FolderLock | None = None, notice: str | None = None) -> None:
         self.config, self.out, self.resume = config, out, resume
         self.lock, self.notice = lock, notice
-        self.device = resolve_device(config.device)
+        self.device = resolve_device(config.run.device)
         self.run_state = RunState(config, self.device)
         self.reference_state = reference_state
         self.recorder = Recorder(config, out, len(self.run_state.tracked), self.device)

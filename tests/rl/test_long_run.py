@@ -14,7 +14,6 @@ models are fastest that way.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 
 import numpy as np
@@ -29,7 +28,7 @@ from grpo_companion.theory import Calibration
 from grpo_companion.theory.analyses import trained_loss as tl
 
 # pre-trained long enough that groups of 4 see successes, so that GRPO moves the policy
-TINY = TrainConfig(task="sequence", max_operand=19, n_eval_prompts=16, eval_samples=4,
+TINY = TrainConfig.flat(task="sequence", max_operand=19, n_eval_prompts=16, eval_samples=4,
                    sft_steps=200, sft_batch_size=64, sft_lr=1e-2, d_model=16, n_heads=2,
                    n_layers=1,
                    group_size=4, mu=2, iterations=4, prompts_per_iteration=4, grpo_prompts=8,
@@ -51,7 +50,7 @@ def task():
 @pytest.fixture(scope="module")
 def sft_policy(one_torch_thread):
     """A reference policy trained long enough that some prompts succeed often."""
-    config = TrainConfig(task="sequence", max_operand=19, n_eval_prompts=16, sft_steps=200,
+    config = TrainConfig.flat(task="sequence", max_operand=19, n_eval_prompts=16, sft_steps=200,
                          sft_batch_size=64, sft_lr=1e-2, d_model=16, n_heads=2, n_layers=1,
                          device="cpu", progress=False)
     prep = prepare_run(config)
@@ -231,15 +230,15 @@ def test_grpo_pool_refuses_bad_counts(task, count):
 
 
 def test_config_checks_grpo_prompts():
-    base = dataclasses.asdict(TINY)
-    TrainConfig(**{**base, "grpo_prompts": 384})
-    TrainConfig(**{**base, "grpo_prompts": None, "prompts_per_iteration": 384})
+    base = TINY.to_dict()
+    TrainConfig.flat(**{**base, "grpo_prompts": 384})
+    TrainConfig.flat(**{**base, "grpo_prompts": None, "prompts_per_iteration": 384})
     for bad in (385, 0):
         with pytest.raises(ValueError, match="grpo_prompts"):
-            TrainConfig(**{**base, "grpo_prompts": bad})
+            TrainConfig.flat(**{**base, "grpo_prompts": bad})
     with pytest.raises(ValueError, match="prompts_per_iteration"):
-        TrainConfig(**{**base, "grpo_prompts": 8, "prompts_per_iteration": 9})
-    TrainConfig(**{**base, "grpo_prompts": 8, "prompts_per_iteration": 8})
+        TrainConfig.flat(**{**base, "grpo_prompts": 8, "prompts_per_iteration": 9})
+    TrainConfig.flat(**{**base, "grpo_prompts": 8, "prompts_per_iteration": 8})
 
 
 def _chosen_per_iteration(config: TrainConfig, keep_policy_at: int | None = None):
@@ -257,15 +256,15 @@ def _chosen_per_iteration(config: TrainConfig, keep_policy_at: int | None = None
 
 
 def test_grpo_trains_only_on_its_pool():
-    config = dataclasses.replace(TINY, iterations=6, sft_steps=2)
+    config = TINY.replace(iterations=6, sft_steps=2)
     chosen, _, run = _chosen_per_iteration(config)
-    pool = run.task.grpo_pool(8, config.seed)
+    pool = run.task.grpo_pool(8, config.run.seed)
     assert len(chosen) == 6
     for batch in chosen:
         assert len(batch) == 4 and len(set(batch)) == 4 and set(batch) <= set(pool)
     assert len(set(np.concatenate(chosen))) > 4  # the batches differ
     # without grpo_prompts the batches come from every training prompt
-    free, _, run = _chosen_per_iteration(dataclasses.replace(config, grpo_prompts=None))
+    free, _, run = _chosen_per_iteration(config.replace(grpo_prompts=None))
     assert not set(np.concatenate(free)) <= set(pool)
     assert set(np.concatenate(free)) <= set(run.task.train_idx)
 
@@ -285,22 +284,22 @@ def test_run_long_shapes(long):
     assert long.entropy_trained.shape == (3, k) and long.entropy_held.shape == (3, h)
     assert np.all(np.isfinite(long.entropy_trained)) and np.all(np.isfinite(long.entropy_held))
     for name in ("delta", "delta_pos", "target_logit", "orbit_tv", "orbit_logit"):
-        assert getattr(long, name).shape == (TINY.iterations, k)
+        assert getattr(long, name).shape == (TINY.run.iterations, k)
     assert np.all(np.isfinite(long.logit_trained)) and np.all(np.isfinite(long.logit_held))
-    assert long.config.iterations == TINY.iterations and long.config.progress is False
+    assert long.config.run.iterations == TINY.run.iterations and long.config.run.progress is False
     assert math.isfinite(long.sft_loss)
     assert long.train_seconds > 0 and long.record_seconds > 0
 
 
 def test_run_long_records_the_pool_and_the_held_out_prompts(long, task):
-    np.testing.assert_array_equal(long.trained, task.grpo_pool(8, TINY.seed))
+    np.testing.assert_array_equal(long.trained, task.grpo_pool(8, TINY.run.seed))
     np.testing.assert_array_equal(long.held_out, task.eval_idx)
     np.testing.assert_array_equal(long.operands_trained, task.operands[long.trained])
     np.testing.assert_array_equal(long.operands_held, task.operands[long.held_out])
 
 
 def test_run_long_distances_exist_exactly_for_the_batch(long):
-    config = dataclasses.replace(TINY, eval_every=TINY.iterations)  # as run_long trains it
+    config = TINY.replace(eval_every=TINY.run.iterations)  # as run_long trains it
     chosen, policy_1, run = _chosen_per_iteration(config, keep_policy_at=1)
     position = {int(q): i for i, q in enumerate(long.trained)}
     for n, batch in enumerate(chosen):
@@ -309,7 +308,7 @@ def test_run_long_distances_exist_exactly_for_the_batch(long):
         for name in ("delta", "delta_pos", "target_logit"):
             row = getattr(long, name)[n]
             np.testing.assert_array_equal(np.isfinite(row), in_batch)
-            assert np.sum(np.isfinite(row)) == TINY.prompts_per_iteration
+            assert np.sum(np.isfinite(row)) == TINY.grpo.prompts_per_iteration
     finite = np.isfinite(long.delta)
     assert np.all((long.delta[finite] >= 0) & (long.delta[finite] <= 1))
     assert np.all(long.delta[finite] >= long.delta_pos[finite])
@@ -318,11 +317,11 @@ def test_run_long_distances_exist_exactly_for_the_batch(long):
     # iteration 1 by hand: pi_prev = pi_ref, the k3 optimum at G = 4, then the TV
     cols = [position[int(q)] for q in chosen[0]]
     lp_ref, col, logit_ref = long_run.exact_success(run.ref_policy, run.task, chosen[0],
-                                                    TINY.temperature)
-    goal = tl.exact_step_logit(logit_ref, logit_ref, TINY.beta, estimator="k3",
+                                                    TINY.grpo.temperature)
+    goal = tl.exact_step_logit(logit_ref, logit_ref, TINY.grpo.beta, estimator="k3",
                                calibration=Calibration(group_size=4))
     np.testing.assert_allclose(long.target_logit[0, cols], goal, rtol=1e-10, atol=1e-10)
-    lp_new = long_run.exact_success(policy_1, run.task, chosen[0], TINY.temperature)[0]
+    lp_new = long_run.exact_success(policy_1, run.task, chosen[0], TINY.grpo.temperature)[0]
     p_star = 1 / (1 + np.exp(-goal))
     ref = np.exp(lp_ref)
     rows = np.arange(len(cols))
@@ -338,20 +337,20 @@ def test_run_long_distances_exist_exactly_for_the_batch(long):
 
 def test_group_successes_are_the_trainers_rewards_of_the_batch(long):
     """group_successes[n, j]: successes among prompt j's G samples at iteration n+1."""
-    config = dataclasses.replace(TINY, eval_every=TINY.iterations)  # as run_long trains it
+    config = TINY.replace(eval_every=TINY.run.iterations)  # as run_long trains it
     prep = prepare_run(config)
     seen = []
     prep.run(lambda n: seen.append((prep.run_state.chosen.cpu().numpy().copy(),
                                     prep.run_state.rewards.sum(1).cpu().numpy().copy())))
     position = {int(q): i for i, q in enumerate(long.trained)}
-    assert long.group_successes.shape == (TINY.iterations, len(long.trained))
+    assert long.group_successes.shape == (TINY.run.iterations, len(long.trained))
     for n, (batch, successes) in enumerate(seen):
         row = np.full(len(long.trained), np.nan)
         row[[position[int(q)] for q in batch]] = successes
         np.testing.assert_array_equal(long.group_successes[n], row)
     finite = long.group_successes[np.isfinite(long.group_successes)]
-    assert np.all((finite >= 0) & (finite <= TINY.group_size) & (finite == np.round(finite)))
-    assert 0 < finite.sum() < finite.size * TINY.group_size  # some successes, some failures
+    assert np.all((finite >= 0) & (finite <= TINY.grpo.group_size) & (finite == np.round(finite)))
+    assert 0 < finite.sum() < finite.size * TINY.grpo.group_size  # some successes, some failures
 
 
 def test_orbit_distance_is_theorem_10s_and_obeys_the_triangle_inequality():
@@ -362,13 +361,13 @@ def test_orbit_distance_is_theorem_10s_and_obeys_the_triangle_inequality():
     because both steps put their PoS on the correct output and the rest in pi_ref's
     failure proportions; that is the contraction argument of chapter 8.
     """
-    full = dataclasses.replace(TINY, prompts_per_iteration=8, iterations=5)
+    full = TINY.replace(prompts_per_iteration=8, iterations=5)
     run = long_run.run_long(full, record_every=5)
     cal = Calibration(group_size=4)
     lr = run.logit_trained[0]
     orbit = lr
-    for n in range(full.iterations):  # the orbit, iterated here from pi_ref's logits
-        orbit = tl.exact_step_logit(orbit, lr, full.beta, estimator="k3", calibration=cal)
+    for n in range(full.run.iterations):  # the orbit, iterated here from pi_ref's logits
+        orbit = tl.exact_step_logit(orbit, lr, full.grpo.beta, estimator="k3", calibration=cal)
         np.testing.assert_allclose(run.orbit_logit[n], orbit, rtol=1e-12, atol=1e-12)
     assert np.all(np.isfinite(run.orbit_tv))
     np.testing.assert_allclose(run.orbit_tv[0], run.delta[0], rtol=1e-12, atol=1e-15)
@@ -380,17 +379,17 @@ def test_orbit_distance_is_theorem_10s_and_obeys_the_triangle_inequality():
 def test_per_prompt_beta_reaches_the_recorded_steps_and_orbits():
     """With grpo_beta_multipliers every recorded step uses the prompt's own KL weight."""
     mult = (1.0, 3.0, 10.0)
-    config = dataclasses.replace(TINY, prompts_per_iteration=8, iterations=3,
+    config = TINY.replace(prompts_per_iteration=8, iterations=3,
                                  grpo_beta_multipliers=mult)
     run = long_run.run_long(config, record_every=3)
-    beta = config.beta * np.resize(mult, 8)  # grpo_pool's order, multipliers cycled
+    beta = config.grpo.beta * np.resize(mult, 8)  # grpo_pool's order, multipliers cycled
     np.testing.assert_array_equal(run.beta_trained, beta)
     cal = Calibration(group_size=4)
     lr = run.logit_trained[0]
     np.testing.assert_allclose(run.orbit_logit[0], tl.exact_step_logit(
         lr, lr, beta, estimator="k3", calibration=cal), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(run.target_logit[0], run.orbit_logit[0], rtol=1e-12, atol=1e-12)
-    one_beta = tl.exact_step_logit(lr, lr, config.beta, estimator="k3", calibration=cal)
+    one_beta = tl.exact_step_logit(lr, lr, config.grpo.beta, estimator="k3", calibration=cal)
     assert np.abs(run.orbit_logit[0] - one_beta).max() > 0.1  # the weights matter
 
 
@@ -399,7 +398,7 @@ def test_run_long_starts_at_the_reference(long):
     prep.run_state.pretrain()
     ref, task = prep.run_state.ref_policy, prep.run_state.task
     for idx, logits in ((long.trained, long.logit_trained), (long.held_out, long.logit_held)):
-        expected = long_run.exact_success(ref, task, idx, TINY.temperature)[2]
+        expected = long_run.exact_success(ref, task, idx, TINY.grpo.temperature)[2]
         np.testing.assert_allclose(logits[0], expected, rtol=1e-12, atol=1e-12)
     # GRPO moved the trained prompts
     assert not np.array_equal(long.logit_trained[-1], long.logit_trained[0])
@@ -414,10 +413,10 @@ def _assert_same(a: long_run.LongRun, b: long_run.LongRun) -> None:
 def test_run_long_is_deterministic_and_workers_agree(long):
     again = long_run.run_long(TINY, record_every=3)
     _assert_same(long, again)
-    seed_1 = long_run.run_long(dataclasses.replace(TINY, seed=1), record_every=3)
+    seed_1 = long_run.run_long(TINY.replace(seed=1), record_every=3)
     assert not np.array_equal(seed_1.trained, long.trained)
     in_workers = long_run.run_seeds(TINY, [0, 1], record_every=3, workers=2)
-    assert [r.config.seed for r in in_workers] == [0, 1]
+    assert [r.config.run.seed for r in in_workers] == [0, 1]
     _assert_same(in_workers[0], long)
     _assert_same(in_workers[1], seed_1)
 
@@ -429,8 +428,8 @@ def test_run_long_refuses_bad_record_every(every):
 
 
 @pytest.mark.parametrize("config", [
-    TrainConfig(progress=False),
-    dataclasses.replace(TINY, grpo_prompts=None),
+    TrainConfig.flat(progress=False),
+    TINY.replace(grpo_prompts=None),
 ], ids=["bandit", "no_pool"])
 def test_run_long_refuses_other_runs(config):
     with pytest.raises(ValueError, match="config must be a sampled task='sequence' run"):
@@ -446,12 +445,13 @@ def test_run_seeds_refuses_bad_workers(workers):
 def test_run_long_keeps_the_trainers_own_numbers(long):
     """Clip fractions of every iteration, the sampled held-out PoS, and the output count."""
     config = long.config
-    assert long.clip_fraction.shape == (config.iterations,)
+    assert long.clip_fraction.shape == (config.run.iterations,)
     assert np.all((long.clip_fraction >= 0) & (long.clip_fraction <= 1))
-    assert long.sampled_held.shape == (2, config.n_eval_prompts)
+    assert long.sampled_held.shape == (2, config.sequence.n_eval_prompts)
     # the trainer's eval_samples-sample estimates are multiples of 1 / eval_samples
-    np.testing.assert_allclose(long.sampled_held * config.eval_samples,
-                               np.round(long.sampled_held * config.eval_samples), atol=1e-9)
+    np.testing.assert_allclose(long.sampled_held * config.sequence.eval_samples,
+                               np.round(long.sampled_held * config.sequence.eval_samples),
+                               atol=1e-9)
     vocab_but_eos = 14  # 15 tokens, EOS excluded
     assert long.n_outputs == 1 + vocab_but_eos + vocab_but_eos**2 + vocab_but_eos**3
 
@@ -470,5 +470,5 @@ def test_on_start_runs_once_after_pretraining_and_before_the_first_iteration():
         events.append(("start", run.iteration, same, len(run.sft_losses)))
 
     prep.run(lambda n: events.append(n), on_start=on_start)
-    assert events[0] == ("start", 0, True, TINY.sft_steps)
-    assert events[1:] == list(range(1, TINY.iterations + 1))
+    assert events[0] == ("start", 0, True, TINY.model.sft_steps)
+    assert events[1:] == list(range(1, TINY.run.iterations + 1))

@@ -9,7 +9,6 @@ engine's records are compared with run_long's in ``test_seed_batch.py``).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -20,7 +19,7 @@ from grpo_companion.rl import long_run
 from grpo_companion.rl.trainer import TrainConfig, prepare_run
 
 # test_long_run's TINY, at a temperature other than 1 and with two iterations
-TINY = TrainConfig(task="sequence", max_operand=19, n_eval_prompts=16, eval_samples=4,
+TINY = TrainConfig.flat(task="sequence", max_operand=19, n_eval_prompts=16, eval_samples=4,
                    sft_steps=200, sft_batch_size=64, sft_lr=1e-2, d_model=16, n_heads=2,
                    n_layers=1, group_size=4, mu=2, iterations=2, prompts_per_iteration=4,
                    grpo_prompts=8, device="cpu", progress=False, lr=1e-3, kl="k3",
@@ -61,7 +60,7 @@ def test_exact_entropy_refuses_an_enumeration_that_is_not_of_every_output():
 
 @pytest.mark.parametrize("temperature", [0.5, 1.0, 1.7])
 def test_the_enumeration_sums_to_one_at_the_sampling_temperature(temperature):
-    config = dataclasses.replace(TINY, temperature=temperature)
+    config = TINY.replace(temperature=temperature)
     run = prepare_run(config).run_state
     run.pretrain()
     lp, _, _ = long_run.exact_success(run.ref_policy, run.task, run.task.eval_idx, temperature)
@@ -76,7 +75,7 @@ def _direct_entropy(policy: torch.nn.Module, task, idx: np.ndarray) -> np.ndarra
     with torch.no_grad():
         lp, outputs = policy.output_log_probs(task.prompts(torch.as_tensor(idx)),
                                               max_new_tokens=task.max_new_tokens,
-                                              temperature=TINY.temperature)
+                                              temperature=TINY.grpo.temperature)
     assert len(outputs) == lp.shape[1] == 2955
     return (-(lp.exp() * lp).sum(dim=1)).numpy()
 
@@ -87,7 +86,7 @@ def test_recorded_entropy_is_that_of_a_direct_enumeration():
     run = long_run.run_long(TINY, record_every=record_every)
     assert run.steps.tolist() == [0, 1, 2]
     assert run.entropy_trained.shape == (3, 8) and run.entropy_held.shape == (3, 16)
-    prep = prepare_run(dataclasses.replace(TINY, eval_every=TINY.iterations))  # as run_long
+    prep = prepare_run(TINY.replace(eval_every=TINY.run.iterations))  # as run_long
     state = prep.run_state
     direct: list[tuple[np.ndarray, np.ndarray]] = []
 

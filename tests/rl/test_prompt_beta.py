@@ -44,19 +44,20 @@ SMALL = dict(task="sequence", device="cpu", progress=False, d_model=16, n_layers
 
 
 def test_the_trainer_gives_each_pool_prompt_its_multiplied_beta():
-    config = TrainConfig(**SMALL, grpo_beta_multipliers=(1.0, 10.0, 0.5))
+    config = TrainConfig.flat(**SMALL, grpo_beta_multipliers=(1.0, 10.0, 0.5))
     run = prepare_run(config).run_state
-    pool = run.task.grpo_pool(config.grpo_prompts, config.seed)
+    pool = run.task.grpo_pool(config.sequence.grpo_prompts, config.run.seed)
     np.testing.assert_allclose(run.prompt_beta[torch.as_tensor(pool)].numpy(),
                                0.1 * np.array([1.0, 10.0, 0.5, 1.0, 10.0, 0.5]))
-    assert prepare_run(TrainConfig(**SMALL)).run_state.prompt_beta is None
+    assert prepare_run(TrainConfig.flat(**SMALL)).run_state.prompt_beta is None
 
 
 def test_multipliers_of_one_change_nothing():
-    plain = prepare_run(TrainConfig(**SMALL)).run(lambda n: None)
-    ones = prepare_run(TrainConfig(**SMALL, grpo_beta_multipliers=(1.0,))).run(lambda n: None)
+    plain = prepare_run(TrainConfig.flat(**SMALL)).run(lambda n: None)
+    ones = prepare_run(TrainConfig.flat(**SMALL, grpo_beta_multipliers=(1.0,))).run(lambda n: None)
     assert [r["loss"] for r in plain.iteration_rows] == [r["loss"] for r in ones.iteration_rows]
-    other = prepare_run(TrainConfig(**SMALL, grpo_beta_multipliers=(30.0,))).run(lambda n: None)
+    other = prepare_run(TrainConfig.flat(**SMALL, grpo_beta_multipliers=(30.0,))).run(
+        lambda n: None)
     assert [r["loss"] for r in plain.iteration_rows] != [r["loss"] for r in other.iteration_rows]
 
 
@@ -69,7 +70,7 @@ def test_multipliers_of_one_change_nothing():
 def test_bad_multipliers_are_refused(changes, words):
     settings = {**SMALL, "grpo_beta_multipliers": (1.0, 2.0), **changes}
     with pytest.raises(ValueError, match=words):
-        TrainConfig(**settings)
+        TrainConfig.flat(**settings)
 
 
 def test_the_cli_offers_the_multipliers(capsys):

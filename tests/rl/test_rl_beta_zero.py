@@ -7,7 +7,6 @@ every p_ref > 0 as beta -> 0, and p_ref = 0 stays 0 (no success is ever
 sampled, so no advantage ever points to one).
 """
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ P_REF = (0.0, 0.05, 0.2, 0.5)
 
 
 def test_sampled_bandit_without_kl_climbs_to_one_and_zero_stays_zero():
-    config = TrainConfig(n_prompts=64, n_outputs=8, n_success=1, p_ref=P_REF, beta=0.0,
+    config = TrainConfig.flat(n_prompts=64, n_outputs=8, n_success=1, p_ref=P_REF, beta=0.0,
                          group_size=16, mu=4, iterations=30, progress=False, seed=0)
     result = train(config)
     pos = result.success_prob
@@ -34,7 +33,7 @@ def test_sampled_bandit_without_kl_climbs_to_one_and_zero_stays_zero():
         assert np.all(np.diff(mean[::5]) > 0), (value, mean[::5])  # rising
         assert pos[-1, cols].min() > 0.95, (value, pos[-1, cols].min())  # towards 1
     # with a KL penalty the same run is held back: the limit is below 1 (Theorem 2)
-    held = train(dataclasses.replace(config, beta=2.0))
+    held = train(config.replace(beta=2.0))
     live = result.p_ref > 0
     assert held.success_prob[-1, live].mean() < pos[-1, live].mean() - 0.05
 
@@ -64,7 +63,7 @@ def _count_calls(monkeypatch, cls):
 @pytest.mark.parametrize("beta", [0.0, 0.1])
 def test_beta_zero_runs_no_reference_forward_pass(monkeypatch, beta):
     steps = _count_calls(monkeypatch, TinyCausalTransformer)
-    train(TrainConfig(task="sequence", max_operand=9, n_eval_prompts=8, eval_samples=2,
+    train(TrainConfig.flat(task="sequence", max_operand=9, n_eval_prompts=8, eval_samples=2,
                       sft_steps=2, sft_batch_size=8, iterations=2, mu=2, group_size=4,
                       prompts_per_iteration=4, d_model=8, n_heads=2, beta=beta,
                       progress=False))
@@ -93,7 +92,7 @@ def test_beta_zero_with_exact_kl_skips_the_tabular_reference(monkeypatch):
         return out
 
     monkeypatch.setattr(trainer, "grpo_iteration", record)
-    result = train(TrainConfig(n_prompts=8, n_outputs=4, iterations=2, kl="exact", beta=0.0,
+    result = train(TrainConfig.flat(n_prompts=8, n_outputs=4, iterations=2, kl="exact", beta=0.0,
                                progress=False))
     assert refs == [0, 0]
     assert np.all(np.isfinite(result.metrics["kl_ref"]))  # still reported by the evaluation
@@ -101,26 +100,22 @@ def test_beta_zero_with_exact_kl_skips_the_tabular_reference(monkeypatch):
 
 def test_exact_mode_refuses_beta_zero_naming_both_fields():
     with pytest.raises(ValueError, match="exact=True cannot be combined with beta=0") as info:
-        TrainConfig(exact=True, beta=0.0)
+        TrainConfig.flat(exact=True, beta=0.0)
     assert "\n" not in str(info.value)
 
 
 def test_lbfgs_without_kl_or_clipping_is_refused_and_k1_is_then_harmless():
     with pytest.raises(ValueError, match="beta=0 and clip_eps_low=None"):
-        TrainConfig(optimizer="lbfgs", beta=0.0, clip_eps_low=None)
-    TrainConfig(optimizer="lbfgs", beta=0.0, kl="k1")  # no penalty: the estimator is unused
+        TrainConfig.flat(optimizer="lbfgs", beta=0.0, clip_eps_low=None)
+    TrainConfig.flat(optimizer="lbfgs", beta=0.0, kl="k1")  # no penalty: the estimator is unused
     with pytest.raises(ValueError, match="k1"):
-        TrainConfig(optimizer="lbfgs", beta=0.1, kl="k1")
+        TrainConfig.flat(optimizer="lbfgs", beta=0.1, kl="k1")
 
 
 def test_beta_zero_on_the_command_line_and_in_help():
     from grpo_companion.rl import cli
 
-    parser = __import__("argparse").ArgumentParser()
-    cli.add_train_arguments(parser)
-    config = cli.config_from_args(parser.parse_args(["--out", "x", "--beta", "0"]))
-    assert config.beta == 0.0
-    beta = next(a for a in parser._actions if a.dest == "beta")
-    assert "0 or a number in [1e-06, 1e+06]" in beta.help
-    with pytest.raises(ValueError, match="beta"):
-        cli.config_from_args(parser.parse_args(["--out", "x", "--beta", "1e-9"]))
+    config = cli.parse_command(["--out", "x", "--beta", "0"]).config
+    assert config.grpo.beta == 0.0
+    with pytest.raises(ValueError, match=r"--beta must be 0 or a number in \[1e-06, 1e\+06\]"):
+        cli.parse_command(["--out", "x", "--beta", "1e-9"])

@@ -40,7 +40,7 @@ def test_lead_cli_train_subcommand_help():
 @pytest.mark.parametrize("bad", [
     ["--beta", "-1"], ["--alpha", "2"], ["--kl", "k9"], ["--group-size", "0"],
     ["--task", "sequence", "--exact"], ["--clip-eps", "3"], ["--device", "tpu"],
-    ["--clip-eps", "none", "--clip-eps-high", "0.3"], ["--eps", "nan"],
+    ["--clip-eps", "None", "--clip-eps-high", "0.3"], ["--eps", "nan"], ["--lr", "none"],
 ])
 def test_invalid_options_exit_2_without_output(tmp_path, bad, capsys):
     out = tmp_path / "run"

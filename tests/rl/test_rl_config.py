@@ -1,23 +1,31 @@
-"""TrainConfig declared once: validation, command line, variants and TRL names from its fields."""
+"""TrainConfig declared once, nested by concern: validation, command line, variants, TRL names."""
 
-import argparse
+import ast
 import dataclasses
+import inspect
 import math
 import os
+import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
 import torch
 
 from grpo_companion import theory
-from grpo_companion.rl import cli
-from grpo_companion.rl import config as fields
-from grpo_companion.rl.trainer import TrainConfig, calibration_fields
+from grpo_companion.rl import checks, cli, train_config
+from grpo_companion.rl.train_config import SECTIONS, TrainConfig, calibration_fields, section_of
 
 ROOT = Path(__file__).resolve().parents[2]
-FIELDS = dataclasses.fields(TrainConfig)
+#: (class, field, check) of every field: the two switches and the sections' fields.
+_HINTS = typing.get_type_hints(TrainConfig, include_extras=True)
+FIELDS = [(TrainConfig, f, _HINTS[f.name].__metadata__[0]) for f in dataclasses.fields(TrainConfig)
+          if f.name in ("task", "exact")] + [
+    (cls, f, c) for cls in SECTIONS.values() for f, c in checks.checked_fields(cls)]
+NAMES = [f.name for _, f, _ in FIELDS]
+DEFAULTS = TrainConfig().to_dict()
 
 #: A valid configuration in which no field has its default value.
 NON_DEFAULT = {
@@ -39,21 +47,15 @@ NON_DEFAULT = {
 #: Fields that only a sampled sequence run accepts, with non-default values.
 SEQUENCE_ONLY = {"grpo_beta_multipliers": (2.0, 0.5)}
 #: The field TRL uses for each name, as the issue states them.
-TRL_NAMES = {"epsilon": "--clip-eps", "epsilon_high": "--clip-eps-high",
+TRL_NAMES = {"epsilon": "--clip-eps-low", "epsilon_high": "--clip-eps-high",
              "num_generations": "--group-size", "num_iterations": "--mu",
              "scale_rewards": "--normalization", "beta": "--beta", "loss_type": "--loss-type",
              "use_bias_correction_kl": "--kl", "temperature": "--temperature",
              "learning_rate": "--lr"}
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser()
-    cli.add_train_arguments(parser)
-    return parser
-
-
 def _parse(*argv: str) -> TrainConfig:
-    return cli.config_from_args(_parser().parse_args(["--out", "unused", *argv]))
+    return cli.parse_command(["--out", "unused", *argv]).config
 
 
 @pytest.fixture(scope="module")
@@ -67,26 +69,86 @@ def train_help() -> str:
     return out.stdout
 
 
+def _flat_text(text: str) -> str:
+    """Help text without its boxes and line breaks."""
+    return " ".join(re.sub(r"[\u2500-\u257f]", " ", text).split())
+
+
+def _field_docstrings() -> dict[str, str]:
+    """The docstring under every field of train_config's classes, read from the source."""
+    tree = ast.parse(inspect.getsource(train_config))
+    docs = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            body = node.body
+            for stmt, after in zip(body, body[1:], strict=False):
+                if isinstance(stmt, ast.AnnAssign) and isinstance(after, ast.Expr) and \
+                        isinstance(after.value, ast.Constant):
+                    docs[stmt.target.id] = after.value.value
+    return docs
+
+
+# ----------------------------------------------------------- one declaration
+def test_the_config_is_nested_by_concern_and_each_name_is_declared_once():
+    assert set(SECTIONS) == {"run", "grpo", "optim", "bandit", "sequence", "model"}
+    assert len(NAMES) == len(set(NAMES)) == len(section_of()) + 2
+    config = TrainConfig()
+    for cls, f, _ in FIELDS:
+        owner = config if cls is TrainConfig else getattr(config, section_of()[f.name])
+        assert isinstance(owner, cls) and hasattr(owner, f.name)
+
+
+def test_every_field_has_a_one_line_docstring_and_a_check():
+    docs = _field_docstrings()
+    for _, f, check in FIELDS:
+        assert isinstance(check, checks.Check), f.name
+        assert docs.get(f.name, "").strip() and "\n" not in docs[f.name], f.name
+
+
+def test_the_table_of_section_names_fails_on_a_duplicate():
+    @dataclasses.dataclass(frozen=True)
+    class Twice:
+        beta: float = 0.1
+
+    section_of.cache_clear()
+    SECTIONS["twice"] = Twice
+    try:
+        with pytest.raises(TypeError, match="'beta' is declared twice"):
+            section_of()
+    finally:
+        del SECTIONS["twice"]
+        section_of.cache_clear()
+
+
 def test_non_default_table_covers_every_field():
-    assert set(NON_DEFAULT) | set(SEQUENCE_ONLY) == {f.name for f in FIELDS}
-    config = TrainConfig(**NON_DEFAULT)
-    assert all(getattr(config, f.name) != f.default or f.name in ("task", *SEQUENCE_ONLY)
-               for f in FIELDS)
-    sequence = TrainConfig(task="sequence", grpo_prompts=10, **SEQUENCE_ONLY)
-    assert all(getattr(sequence, name) != getattr(TrainConfig(), name) for name in SEQUENCE_ONLY)
+    assert set(NON_DEFAULT) | set(SEQUENCE_ONLY) == set(NAMES)
+    config = TrainConfig.flat(**NON_DEFAULT).to_dict()
+    assert all(config[name] != DEFAULTS[name] or name in ("task", *SEQUENCE_ONLY)
+               for name in NAMES)
+    sequence = TrainConfig.flat(task="sequence", grpo_prompts=10, **SEQUENCE_ONLY).to_dict()
+    assert all(sequence[name] != DEFAULTS[name] for name in SEQUENCE_ONLY)
 
 
-def test_every_field_is_in_train_help_with_help_text(train_help):
-    actions = {a.dest: a for a in _parser()._actions}
-    for f in FIELDS:
-        action = actions.get(f.name)
-        assert action is not None, f"{f.name} has no command-line option"
-        assert action.help and action.help.split("(default:")[0].strip(), f.name
-        assert action.option_strings[0] in train_help, f.name
-    # the options nobody could reach before
-    for option in ("--carry-error-span", "--sft-batch-size", "--sft-lr", "--logit-scale",
-                   "--exact-tol", "--exact-step", "--exact-max-iter"):
-        assert option in train_help
+def test_flat_nested_and_replace_agree():
+    nested = TrainConfig(task="sequence", grpo=train_config.GRPOConfig(beta=0.5, group_size=8),
+                         run=train_config.RunConfig(seed=3), sequence=train_config.SequenceConfig(
+                             grpo_prompts=10))
+    flat = TrainConfig.flat(task="sequence", beta=0.5, group_size=8, seed=3, grpo_prompts=10)
+    assert nested == flat == TrainConfig.flat(**flat.to_dict())
+    assert flat.replace(seed=4).run.seed == 4 and flat.replace(seed=4).grpo == flat.grpo
+    with pytest.raises(TypeError, match="no field 'betta'"):
+        TrainConfig.flat(betta=0.5)
+    with pytest.raises(ValueError, match="grpo must be a GRPOConfig"):
+        TrainConfig(grpo={"beta": 0.5})
+
+
+# ------------------------------------------------------------- command line
+def test_every_field_is_in_train_help_with_its_docstring(train_help):
+    text, docs = _flat_text(train_help), _field_docstrings()
+    for name in NAMES:
+        assert checks.option_of(name) in text, name
+        assert " ".join(docs[name].split()[:6]) in text, name
+    assert "--clip-eps {None}|FLOAT, --clip-eps-low" in text  # the older spelling, kept
 
 
 def test_cli_defaults_round_trip_to_the_dataclass():
@@ -95,56 +157,74 @@ def test_cli_defaults_round_trip_to_the_dataclass():
 
 def _argv(values: dict) -> list[str]:
     """Command-line words for ``values``, written by hand (not by the generator)."""
-    options = {"clip_eps_low": "--clip-eps"}
     argv = []
     for name, value in values.items():
-        option = options.get(name, "--" + name.replace("_", "-"))
+        option = "--" + name.replace("_", "-")
         if isinstance(value, bool):
             argv.append(option if value else "--no-" + option[2:])
         elif isinstance(value, tuple | list):
             argv += [option, *map(str, value)]
         else:
-            argv += [option, "none" if value is None else str(value)]
+            argv += [option, "None" if value is None else str(value)]
     return argv
 
 
 def test_every_field_round_trips_through_the_command_line():
-    assert _parse(*_argv(NON_DEFAULT)) == TrainConfig(**NON_DEFAULT)
-    assert _parse(*_argv(TrainConfig().to_dict())) == TrainConfig()
+    assert _parse(*_argv(NON_DEFAULT)) == TrainConfig.flat(**NON_DEFAULT)
+    assert _parse(*_argv(DEFAULTS)) == TrainConfig()
 
 
-def test_existing_spellings_still_work():
-    config = _parse("--no-progress", "--exact", "--clip-eps", "inf", "--p-ref", "0.1", "0.9",
-                    "--p-ref-beta", "2", "5", "--lr", "none")
-    assert (config.progress, config.exact, config.clip_eps_low) == (False, True, None)
-    assert config.p_ref == (0.1, 0.9) and config.p_ref_beta == (2.0, 5.0) and config.lr is None
-    assert _parse("--clip-eps-low", "0.1").clip_eps_low == 0.1
+def test_spellings_of_the_command_line():
+    config = _parse("--no-progress", "--exact", "--clip-eps", "None", "--p-ref", "0.1", "0.9",
+                    "--p-ref-beta", "2", "5", "--lr", "None", "--clip-eps-high", "inf")
+    assert (config.run.progress, config.exact, config.grpo.clip_eps_low) == (False, True, None)
+    assert config.bandit.p_ref == (0.1, 0.9) and config.bandit.p_ref_beta == (2.0, 5.0)
+    assert config.optim.lr is None and math.isinf(config.grpo.clip_eps_high)
+    assert _parse("--clip-eps-low", "0.1").grpo.clip_eps_low == 0.1
 
 
-@pytest.mark.parametrize("f", FIELDS, ids=[f.name for f in FIELDS])
-def test_every_field_is_validated_with_its_name(f):
-    with pytest.raises(ValueError, match=rf"^{f.name} must be .*, got ") as info:
-        TrainConfig(**{f.name: object()})
-    assert f.metadata["check"].describe() in str(info.value)
+@pytest.mark.parametrize("argv, words", [
+    (["--iterations", "x"], "--iterations: invalid literal"),
+    (["--group-size", "1"], "--group-size must be an int >= 2"),
+    (["--kl", "k9"], "invalid choice 'k9' for argument '--kl'"),
+    (["--betta", "1"], "Unrecognized options: --betta"),
+    (["--task", "sequence", "--exact"], "--exact must be False for task='sequence'"),
+])
+def test_bad_options_give_one_line_naming_the_option(argv, words):
+    with pytest.raises(ValueError) as info:
+        _parse(*argv)
+    message = str(info.value)
+    assert words in message and "\n" not in message and "\u2502" not in message
 
 
-def test_help_shows_the_valid_range_of_the_check():
-    actions = {a.dest: a for a in _parser()._actions}
-    assert "[1e-06, 1e+06]" in actions["beta"].help
-    assert "an int >= 2" in actions["group_size"].help
-    assert "(default: 0.5 2.0)" in actions["p_ref_beta"].help
+def test_bad_options_exit_2_with_one_line_on_stderr(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "grpo_companion", "train", "--out",
+                          str(tmp_path / "run"), "--group-size", "1"], capture_output=True,
+                         text=True, env=env, cwd=ROOT, timeout=120)
+    assert out.returncode == 2 and not (tmp_path / "run").exists()
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("python -m grpo_companion train: error: --group-size must be")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_field_is_validated_with_its_name(name):
+    check = dict((f.name, c) for _, f, c in FIELDS)[name]
+    with pytest.raises(ValueError, match=rf"^{name} must be .*, got ") as info:
+        TrainConfig.flat(**{name: object()})
+    assert check.describe() in str(info.value)
 
 
 def test_validation_reads_the_normalisation_registry_when_it_runs():
     name = "test_config_doubled"
     with pytest.raises(ValueError, match="normalization"):
-        TrainConfig(normalization=name)
+        TrainConfig.flat(normalization=name)
     theory.register_normalization(name, lambda succ, fail, n, cal, ops: (2 * fail, 2 * succ),
                                   summary="twice the centred reward (test)")
     try:
-        assert TrainConfig(normalization=name).calibration.normalization == name
+        assert TrainConfig.flat(normalization=name).calibration.normalization == name
         variant = theory.Variant(theory.Calibration(name), theory.Anchor.mirror())
-        assert TrainConfig(variant=variant).variant == variant
+        assert TrainConfig.flat(variant=variant).variant == variant
     finally:
         theory.unregister_normalization(name)
 
@@ -162,31 +242,31 @@ VARIANTS = [
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
 def test_a_variant_sets_the_calibration_and_alpha_and_round_trips(variant):
-    config = TrainConfig(variant=variant, beta=0.3)
-    assert config.variant == variant and config.beta == 0.3
+    config = TrainConfig.flat(variant=variant, beta=0.3)
+    assert config.variant == variant and config.grpo.beta == 0.3
     cal = variant.calibration
-    assert (config.normalization, config.eps, config.eps_placement, config.ddof,
-            config.exact_group_size, config.alpha) == (
+    assert (config.grpo.normalization, config.grpo.eps, config.grpo.eps_placement, config.grpo.ddof,
+            config.grpo.exact_group_size, config.grpo.alpha) == (
         cal.normalization, cal.eps, cal.eps_placement, cal.ddof, cal.group_size, variant.alpha)
-    assert TrainConfig(**config.to_dict()) == config
-    assert dataclasses.replace(config, beta=0.5).variant == variant
+    assert TrainConfig.flat(**config.to_dict()) == config
+    assert config.replace(beta=0.5).variant == variant
 
 
 def test_a_variant_and_a_conflicting_field_are_refused_naming_both():
     trl = theory.Variant("trl")
     with pytest.raises(ValueError, match=r"variant=.* sets eps=0\.0001, but eps=0\.001"):
-        TrainConfig(variant=trl, eps=1e-3)
+        TrainConfig.flat(variant=trl, eps=1e-3)
     with pytest.raises(ValueError, match=r"alpha=1\.0, but alpha=0\.0"):
-        TrainConfig(variant=trl, alpha=0.0)
-    assert TrainConfig(variant=trl, eps=1e-4, ddof=1).eps == 1e-4  # agreeing is fine
+        TrainConfig.flat(variant=trl, alpha=0.0)
+    assert TrainConfig.flat(variant=trl, eps=1e-4, ddof=1).grpo.eps == 1e-4  # agreeing is fine
     with pytest.raises(ValueError, match="variant must be a theory.Variant"):
-        TrainConfig(variant="trl")
+        TrainConfig.flat(variant="trl")
 
 
 def test_calibration_preset_on_the_command_line(capsys, tmp_path):
     config = _parse("--calibration", "trl", "--alpha", "0")
     assert config.variant == theory.Variant("trl", theory.Anchor.mirror())
-    assert _parse("--calibration", "mean_only").normalization == "mean_only"
+    assert _parse("--calibration", "mean_only").grpo.normalization == "mean_only"
     with pytest.raises(ValueError, match="--calibration trl sets --eps=0.0001, but --eps=0.01"):
         _parse("--calibration", "trl", "--eps", "0.01")
     out = tmp_path / "run"
@@ -203,7 +283,7 @@ def test_trl_group_scaling_is_the_trl_calibration():
 
 # ------------------------------------------------------------------- TRL names
 def test_train_help_has_the_trl_name_table(train_help):
-    assert fields.trl_table_text(TrainConfig) in train_help
+    assert checks.trl_table_text(SECTIONS.values()) in train_help
     table = train_help[train_help.index("TRL GRPOConfig"):]
     rows = {line.split()[0]: line for line in table.splitlines()[1:] if not line.startswith("   ")}
     assert set(rows) == set(TRL_NAMES)
@@ -217,20 +297,15 @@ def test_train_help_has_the_trl_name_table(train_help):
 
 
 def test_api_page_holds_the_generated_table():
-    assert fields.trl_table_markdown(TrainConfig) in (ROOT / "api" / "rl.md").read_text()
+    assert checks.trl_table_markdown(SECTIONS.values()) in (ROOT / "api" / "rl.md").read_text()
 
 
-def test_every_field_is_declared_once_with_its_metadata():
-    for f in FIELDS:
-        assert isinstance(f.metadata["check"], fields.Check) and f.metadata["help"], f.name
-    assert math.isinf(TrainConfig(clip_eps_high=math.inf).clip_eps_high)
-    doc = TrainConfig.__doc__
-    assert all(f"``{f.name}``" in doc for f in FIELDS)
+def test_inf_is_no_upper_clipping():
+    assert math.isinf(TrainConfig.flat(clip_eps_high=math.inf).grpo.clip_eps_high)
 
 
 def test_building_a_config_probes_no_device_and_no_memory(monkeypatch):
     """A config is data: made, replaced and compared anywhere; the machine is asked at run time."""
-    import dataclasses
 
     from grpo_companion.rl import machine as trainer
 
@@ -240,11 +315,11 @@ def test_building_a_config_probes_no_device_and_no_memory(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", probe)
     monkeypatch.setattr(torch.cuda, "get_device_properties", probe)
     monkeypatch.setattr(trainer, "memory_limit_bytes", probe)
-    config = TrainConfig(task="bandit", device="cuda:1", exact_group_size=8, progress=False)
-    again = dataclasses.replace(config, seed=3, iterations=10**9, eval_every=10**9)
-    assert again.device == "cuda:1" and again != config
+    config = TrainConfig.flat(task="bandit", device="cuda:1", exact_group_size=8, progress=False)
+    again = config.replace(seed=3, iterations=10**9, eval_every=10**9)
+    assert again.run.device == "cuda:1" and again != config
     with pytest.raises(ValueError, match="device must be 'auto', 'cpu' or 'cuda"):
-        TrainConfig(device="tpu")  # the form of the device is still checked at once
+        TrainConfig.flat(device="tpu")  # the form of the device is still checked at once
     with pytest.raises(AssertionError, match="probed the machine"):
         trainer.check_machine(again)  # the machine is asked here, and by prepare_run
 
@@ -254,10 +329,19 @@ def test_check_machine_refuses_what_this_machine_cannot_hold():
 
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA"):
-            trainer.check_machine(TrainConfig(device="cuda", progress=False))
+            trainer.check_machine(TrainConfig.flat(device="cuda", progress=False))
         with pytest.raises(ValueError, match="no CUDA"):
-            trainer.prepare_run(TrainConfig(device="cuda", progress=False))
+            trainer.prepare_run(TrainConfig.flat(device="cuda", progress=False))
     with pytest.raises(ValueError, match="GiB"):
-        trainer.check_machine(TrainConfig(task="bandit", group_size=100_000, n_prompts=100_000,
+        trainer.check_machine(TrainConfig.flat(task="bandit", group_size=100_000, n_prompts=100_000,
                                           progress=False))
-    trainer.check_machine(TrainConfig(task="bandit", progress=False))  # the defaults fit
+    trainer.check_machine(TrainConfig.flat(task="bandit", progress=False))  # the defaults fit
+
+
+def test_tyro_reads_the_declarations_without_a_warning():
+    """A type tyro cannot read (e.g. a Literal of a tuple subclass) only warns, then misparses."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli.parse_command(["--out", "x"]).config == TrainConfig()

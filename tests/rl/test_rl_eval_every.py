@@ -6,7 +6,6 @@ iteration, and every iteration still has its row in ``iterations.csv``.
 """
 
 import csv
-import dataclasses
 
 import numpy as np
 import pytest
@@ -28,27 +27,27 @@ def _rows(path):
 
 
 def test_schedule_and_defaults():
-    assert TrainConfig(iterations=7, eval_every=3).eval_iterations == (0, 3, 6, 7)
-    assert TrainConfig(iterations=6, eval_every=3).eval_iterations == (0, 3, 6)
-    assert TrainConfig(iterations=6, eval_every=10).eval_iterations == (0, 6)
-    assert TrainConfig(iterations=5).eval_iterations == tuple(range(6))  # bandit: every one
-    sequence = TrainConfig(task="sequence")
-    assert sequence.eval_every is None
+    assert TrainConfig.flat(iterations=7, eval_every=3).eval_iterations == (0, 3, 6, 7)
+    assert TrainConfig.flat(iterations=6, eval_every=3).eval_iterations == (0, 3, 6)
+    assert TrainConfig.flat(iterations=6, eval_every=10).eval_iterations == (0, 6)
+    assert TrainConfig.flat(iterations=5).eval_iterations == tuple(range(6))  # bandit: every one
+    sequence = TrainConfig.flat(task="sequence")
+    assert sequence.run.eval_every is None
     assert sequence.evaluation_interval == trainer.SEQUENCE_EVAL_EVERY
     for iterations in (1, 6, 7, 100):
         for every in (1, 3, 7, 200):
-            config = TrainConfig(iterations=iterations, eval_every=every)
+            config = TrainConfig.flat(iterations=iterations, eval_every=every)
             assert config.n_evaluations == len(config.eval_iterations)
             assert config.eval_iterations == tuple(
                 n for n in range(iterations + 1) if config.evaluated(n))
     with pytest.raises(ValueError, match="eval_every"):
-        TrainConfig(eval_every=0)
+        TrainConfig.flat(eval_every=0)
 
 
 @pytest.mark.parametrize("settings", [SEQUENCE, BANDIT], ids=["sequence", "bandit"])
 def test_evaluated_rows_equal_those_of_an_every_iteration_run(tmp_path, settings):
-    every = train(TrainConfig(**settings, eval_every=1))
-    config = TrainConfig(**settings, eval_every=3)
+    every = train(TrainConfig.flat(**settings, eval_every=1))
+    config = TrainConfig.flat(**settings, eval_every=3)
     sparse = train(config, out_dir=tmp_path)
     keep = [0, 3, 6, 7]
     np.testing.assert_array_equal(sparse.eval_iterations, keep)
@@ -71,7 +70,7 @@ class Stop(Exception):
 @pytest.mark.parametrize(("settings", "cut"), [(SEQUENCE, 4), (BANDIT, 3)],
                          ids=["sequence-between-evaluations", "bandit-at-an-evaluation"])
 def test_resume_with_eval_every_gives_the_same_results(tmp_path, settings, cut):
-    config = TrainConfig(**settings, eval_every=3, checkpoint_every=2)
+    config = TrainConfig.flat(**settings, eval_every=3, checkpoint_every=2)
     full = train(config, out_dir=tmp_path / "full")
 
     def stop(n):
@@ -92,10 +91,10 @@ def test_resume_with_eval_every_gives_the_same_results(tmp_path, settings, cut):
 
 
 def test_resume_refuses_a_different_eval_every(tmp_path):
-    config = TrainConfig(**BANDIT, eval_every=3)
+    config = TrainConfig.flat(**BANDIT, eval_every=3)
     train(config, out_dir=tmp_path)
     with pytest.raises(ValueError, match="eval_every"):
-        train(dataclasses.replace(config, eval_every=2), out_dir=tmp_path, resume=True)
+        train(config.replace(eval_every=2), out_dir=tmp_path, resume=True)
 
 
 def test_skipped_iterations_do_not_evaluate(monkeypatch):
@@ -107,6 +106,6 @@ def test_skipped_iterations_do_not_evaluate(monkeypatch):
         return evaluate(run, old, clip)
 
     monkeypatch.setattr(trainer, "_evaluate", spy)
-    result = train(TrainConfig(**SEQUENCE))  # the default for the sequence task
+    result = train(TrainConfig.flat(**SEQUENCE))  # the default for the sequence task
     assert calls == [0, 7] == list(result.eval_iterations)
     assert result.success_prob.shape == (2, 8)

@@ -20,13 +20,14 @@ BASE = {"exact": True, "n_prompts": 48, "n_outputs": 12, "n_success": 3, "iterat
     {"alpha": 0.5, "beta": 1.0, "exact_group_size": 8, "ddof": 1},  # finite-group weights
 ])
 def test_exact_training_reproduces_theory(overrides):
-    config = TrainConfig(**{**BASE, **overrides})
+    config = TrainConfig.flat(**{**BASE, **overrides})
     result = train(config)
     calibration = theory.Calibration(
-        normalization=config.normalization, eps=config.eps, eps_placement=config.eps_placement,
-        group_size=config.exact_group_size, ddof=config.ddof)
-    expected = theory.iterate(result.p_ref, result.p_ref, config.beta, config.iterations,
-                              alpha=config.alpha, calibration=calibration)
+        normalization=config.grpo.normalization, eps=config.grpo.eps,
+        eps_placement=config.grpo.eps_placement, group_size=config.grpo.exact_group_size,
+        ddof=config.grpo.ddof)
+    expected = theory.iterate(result.p_ref, result.p_ref, config.grpo.beta, config.run.iterations,
+                              alpha=config.grpo.alpha, calibration=calibration)
     assert result.success_prob.shape == expected.shape
     np.testing.assert_allclose(result.success_prob, expected, rtol=0, atol=1e-6)
     # p_ref = 0 is absorbing (Theorem 5 (c)); and the trajectory is not trivial.
@@ -36,15 +37,15 @@ def test_exact_training_reproduces_theory(overrides):
 
 
 def test_exact_training_with_reference_resets_chains_the_recurrence():
-    config = TrainConfig(**{**BASE, "alpha": 1.0, "beta": 2.0, "ref_reset_every": 3})
+    config = TrainConfig.flat(**{**BASE, "alpha": 1.0, "beta": 2.0, "ref_reset_every": 3})
     result = train(config)
-    first = theory.iterate(result.p_ref, result.p_ref, 2.0, 3, eps=config.eps)
-    second = theory.iterate(first[-1], first[-1], 2.0, 3, eps=config.eps)
+    first = theory.iterate(result.p_ref, result.p_ref, 2.0, 3, eps=config.grpo.eps)
+    second = theory.iterate(first[-1], first[-1], 2.0, 3, eps=config.grpo.eps)
     np.testing.assert_allclose(result.success_prob, np.vstack([first, second[1:]]), atol=1e-6)
 
 
 def test_exact_metrics_are_exact_kl_and_entropy():
-    config = TrainConfig(**{**BASE, "alpha": 0.0, "beta": 1.0, "iterations": 2})
+    config = TrainConfig.flat(**{**BASE, "alpha": 0.0, "beta": 1.0, "iterations": 2})
     result = train(config)
     assert np.all(result.metrics["kl_ref"][0] == 0) and np.all(result.metrics["kl_prev"][0] == 0)
     # Mirror step from pi_ref: KL to the previous policy equals KL to the reference at n = 1.

@@ -38,7 +38,7 @@ def _explicit_old_pass(monkeypatch):
         out = anchors(run, old, samples)
         with torch.no_grad():
             out.old = old.token_logprobs(samples.prompts, samples.completions, samples.group,
-                                         temperature=run.config.temperature)
+                                         temperature=run.config.grpo.temperature)
         return out
 
     monkeypatch.setattr(trainer, "_fixed_log_probs", explicit)
@@ -46,7 +46,7 @@ def _explicit_old_pass(monkeypatch):
 
 @pytest.mark.parametrize("settings", CASES.values(), ids=CASES.keys())
 def test_reused_old_logprobs_match_an_explicit_old_forward_pass(monkeypatch, settings):
-    config = TrainConfig(**settings)
+    config = TrainConfig.flat(**settings)
     reused = train(config)
     with monkeypatch.context() as patch:
         _explicit_old_pass(patch)
@@ -80,7 +80,7 @@ def test_mu_one_runs_no_old_policy_forward_pass(monkeypatch, cls, settings):
 
     monkeypatch.setattr(cls, "token_logprobs", spy)
     monkeypatch.setattr(trainer, "grpo_iteration", spy_step)
-    train(TrainConfig(**settings))
+    train(TrainConfig.flat(**settings))
     assert len(per_step) == settings["iterations"]
     for names in per_step:  # one pass of the policy (the loss) and one of pi_ref (the KL)
         assert sorted(names) == ["policy", "ref"], names

@@ -25,7 +25,7 @@ EXACT = {"exact": True, "n_prompts": 24, "n_outputs": 8, "n_success": 3, "iterat
 @pytest.mark.parametrize(("k", "a", "alpha"), [(1, 0.5, 1.0), (3, 0.6, 1.0), (2, 0.25, 1.0),
                                                (2, 0.5, 0.5)])
 def test_exact_training_follows_the_moving_reference_recurrence(k, a, alpha):
-    config = TrainConfig(**{**EXACT, "ref_reset_every": k, "ref_mixup_alpha": a,
+    config = TrainConfig.flat(**{**EXACT, "ref_reset_every": k, "ref_mixup_alpha": a,
                             "alpha": alpha})
     run = train(config)
     path = moving_reference_iterate(run.p_ref, 4.0, 8, k, a, alpha=alpha, eps=1e-2)
@@ -47,10 +47,10 @@ def test_exact_training_follows_the_moving_reference_recurrence(k, a, alpha):
      "group_size": 4, "ref_reset_every": 2, "alpha": 0.5, "progress": False, "seed": 3},
 ])
 def test_mixup_one_is_the_plain_reset_bit_for_bit(settings, monkeypatch):
-    new = train(TrainConfig(**{**settings, "ref_mixup_alpha": 1.0}))
+    new = train(TrainConfig.flat(**{**settings, "ref_mixup_alpha": 1.0}))
     # the reset as the trainer wrote it before the option: pi_ref <- frozen_copy(pi)
     monkeypatch.setattr(trainer, "mixed_reference", lambda ref, policy, a: frozen_copy(policy))
-    old = train(TrainConfig(**settings))
+    old = train(TrainConfig.flat(**settings))
     np.testing.assert_array_equal(new.success_prob, old.success_prob)
     for name, values in old.metrics.items():
         np.testing.assert_array_equal(new.metrics[name], values)
@@ -65,7 +65,7 @@ def test_sampled_training_mixes_the_reference_at_each_reset(monkeypatch):
         return mixed
 
     monkeypatch.setattr(trainer, "mixed_reference", spy)
-    config = TrainConfig(task="bandit", n_prompts=6, n_outputs=5, iterations=4, mu=1,
+    config = TrainConfig.flat(task="bandit", n_prompts=6, n_outputs=5, iterations=4, mu=1,
                          group_size=4, ref_reset_every=2, ref_mixup_alpha=0.3, progress=False)
     train(config)
     assert len(seen) == 2
@@ -116,21 +116,21 @@ def test_tabular_mix_has_the_theorys_success_logit():
 
 
 def test_the_default_keeps_the_fingerprint_of_older_checkpoints():
-    config = TrainConfig(**{**EXACT, "ref_reset_every": 3})
-    cal = theory.Calibration(normalization=config.normalization, eps=config.eps)
+    config = TrainConfig.flat(**{**EXACT, "ref_reset_every": 3})
+    cal = theory.Calibration(normalization=config.grpo.normalization, eps=config.grpo.eps)
     fields = {k: v for k, v in config.to_dict().items()
               if k not in fingerprint.RUN_ONLY_FIELDS and k != "ref_mixup_alpha"}
     older = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
     assert fingerprint.run_fingerprint(config, cal)["config"] == older
-    mixed = TrainConfig(**{**EXACT, "ref_reset_every": 3, "ref_mixup_alpha": 0.5})
+    mixed = TrainConfig.flat(**{**EXACT, "ref_reset_every": 3, "ref_mixup_alpha": 0.5})
     assert fingerprint.run_fingerprint(mixed, cal)["config"] != older
 
 
 def test_bad_mixup_values_are_refused():
     with pytest.raises(ValueError, match="ref_mixup_alpha"):
-        TrainConfig(ref_mixup_alpha=1.5, ref_reset_every=2)
+        TrainConfig.flat(ref_mixup_alpha=1.5, ref_reset_every=2)
     with pytest.raises(ValueError, match="ref_mixup_alpha must be 1.0 when ref_reset_every"):
-        TrainConfig(ref_mixup_alpha=0.5)
+        TrainConfig.flat(ref_mixup_alpha=0.5)
     with pytest.raises(ValueError, match="mixup_alpha"):
         mixed_reference(TabularSoftmaxPolicy(torch.zeros(1, 2)),
                         TabularSoftmaxPolicy(torch.zeros(1, 2)), -0.1)

@@ -41,7 +41,7 @@ def _names(folder: Path) -> list[str]:
 def test_a_second_writer_is_refused_while_a_run_holds_the_folder(tmp_path, capsys):
     # before: the second run passed the empty-folder check too and both wrote the folder
     out = tmp_path / "run"
-    first = prepare_run(TrainConfig(**FAST), out_dir=out)  # holds the folder from here
+    first = prepare_run(TrainConfig.flat(**FAST), out_dir=out)  # holds the folder from here
     listing = _names(out) if out.exists() else []
     status, stdout, err = _cli(["--out", out, *SMALL, "--beta", "0.3"], capsys)
     assert status == 2 and "done" not in stdout
@@ -147,7 +147,7 @@ def test_resume_with_the_same_code_still_works(tmp_path, capsys, custom_normaliz
         if n == 2:
             raise KeyboardInterrupt
 
-    config = TrainConfig(**FAST, normalization=custom_normalization)
+    config = TrainConfig.flat(**FAST, normalization=custom_normalization)
     with pytest.raises(KeyboardInterrupt):
         train(config, out_dir=out, callback=stop)
     status, _, err = _cli([*args, "--resume"], capsys)
@@ -157,7 +157,7 @@ def test_resume_with_the_same_code_still_works(tmp_path, capsys, custom_normaliz
 
 # ------------------------------------------ 3. stops before the first checkpoint
 def _interrupted_before_checkpoint(out: Path) -> None:
-    config = TrainConfig(**{**FAST, "checkpoint_every": 10})
+    config = TrainConfig.flat(**{**FAST, "checkpoint_every": 10})
 
     def stop(n):
         raise KeyboardInterrupt  # at iteration 1, before any checkpoint
@@ -289,7 +289,7 @@ def test_gains_not_finite_for_the_group_size_are_refused_before_the_run(tmp_path
     theory.register_normalization("probe_nan", _nan_at_one_fifth, summary="x", replace=True)
     try:
         with pytest.raises(ValueError, match="probe_nan.*not finite"):
-            train(TrainConfig(**FAST, group_size=5, normalization="probe_nan"),
+            train(TrainConfig.flat(**FAST, group_size=5, normalization="probe_nan"),
                   out_dir=tmp_path / "run")
         assert not (tmp_path / "run").exists()
     finally:
@@ -301,7 +301,8 @@ def test_population_weights_not_finite_stop_with_a_true_message(tmp_path):
     theory.register_normalization("probe_sqrt", _nan_below_a_hundredth, summary="x",
                                   replace=True)
     try:
-        config = TrainConfig(**FAST, exact=True, normalization="probe_sqrt", p_ref=(0.001, 0.5))
+        config = TrainConfig.flat(**FAST, exact=True, normalization="probe_sqrt",
+                                  p_ref=(0.001, 0.5))
         with pytest.raises(TrainingFault) as caught:
             train(config, out_dir=tmp_path / "run")
         message = str(caught.value)
@@ -315,10 +316,10 @@ def test_population_weights_not_finite_stop_with_a_true_message(tmp_path):
 
 def test_memory_estimate_counts_the_iteration_rows():
     # before: the rows of iterations.csv, kept in memory for every iteration, were left out
-    config = TrainConfig(**{**FAST, "iterations": 10**6, "eval_every": 10**6})
+    config = TrainConfig.flat(**{**FAST, "iterations": 10**6, "eval_every": 10**6})
     need, _ = estimate_memory(config)
     assert need >= 10**6 * 200
-    too_large = TrainConfig(**{**FAST, "iterations": 10**9, "eval_every": 10**9})  # builds
+    too_large = TrainConfig.flat(**{**FAST, "iterations": 10**9, "eval_every": 10**9})  # builds
     with pytest.raises(ValueError, match="GiB"):
         check_machine(too_large)
     with pytest.raises(ValueError, match="GiB"):
@@ -326,7 +327,7 @@ def test_memory_estimate_counts_the_iteration_rows():
 
 
 def test_exact_group_size_is_in_the_memory_estimate():
-    small = estimate_memory(TrainConfig(**FAST, exact=True))[0]
-    large = estimate_memory(TrainConfig(**FAST, exact=True, exact_group_size=10**6))[0]
+    small = estimate_memory(TrainConfig.flat(**FAST, exact=True))[0]
+    large = estimate_memory(TrainConfig.flat(**FAST, exact=True, exact_group_size=10**6))[0]
     assert large - small >= 8 * 32 * 10**6
     assert math.isfinite(large)

@@ -13,7 +13,7 @@ SEQUENCE = {"task": "sequence", "max_operand": 19, "n_eval_prompts": 16, "eval_s
 
 
 def test_reused_reference_gives_the_same_run_as_pretraining():
-    config = TrainConfig(**SEQUENCE)
+    config = TrainConfig.flat(**SEQUENCE)
     full = train(config)
     assert full.reference_state is not None and full.sft_losses
     reused = train(config, reference_state=full.reference_state)
@@ -26,8 +26,8 @@ def test_reused_reference_gives_the_same_run_as_pretraining():
 
 
 def test_reference_is_shared_by_variants_of_the_objective():
-    base = train(TrainConfig(**SEQUENCE))
-    mirror = train(TrainConfig(**{**SEQUENCE, "alpha": 0.0, "sft_steps": 0}),
+    base = train(TrainConfig.flat(**SEQUENCE))
+    mirror = train(TrainConfig.flat(**{**SEQUENCE, "alpha": 0.0, "sft_steps": 0}),
                    reference_state=base.reference_state)
     np.testing.assert_array_equal(mirror.p_ref, base.p_ref)  # same pi_ref, same eval draws
     np.testing.assert_array_equal(mirror.metrics["entropy"][0], base.metrics["entropy"][0])
@@ -36,13 +36,13 @@ def test_reference_is_shared_by_variants_of_the_objective():
 
 
 def test_reference_state_is_validated(tmp_path):
-    state = train(TrainConfig(**SEQUENCE)).reference_state
+    state = train(TrainConfig.flat(**SEQUENCE)).reference_state
     with pytest.raises(ValueError, match="reference_state"):
-        train(TrainConfig(**{**SEQUENCE, "d_model": 8}), reference_state=state)
+        train(TrainConfig.flat(**{**SEQUENCE, "d_model": 8}), reference_state=state)
     with pytest.raises(ValueError, match="reference_state"):
-        train(TrainConfig(n_prompts=4, n_outputs=3, iterations=1, progress=False),
+        train(TrainConfig.flat(n_prompts=4, n_outputs=3, iterations=1, progress=False),
               reference_state=state)
     with pytest.raises(ValueError, match="reference_state"):
-        train(TrainConfig(**SEQUENCE), out_dir=tmp_path, resume=True, reference_state=state)
-    assert train(TrainConfig(n_prompts=4, n_outputs=3, iterations=1,
+        train(TrainConfig.flat(**SEQUENCE), out_dir=tmp_path, resume=True, reference_state=state)
+    assert train(TrainConfig.flat(n_prompts=4, n_outputs=3, iterations=1,
                              progress=False)).reference_state is None

@@ -7,7 +7,6 @@ through a subprocess where the exit status, stderr or a signal is the point.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -120,7 +119,7 @@ def test_lbfgs_with_k1_is_refused_up_front(tmp_path, capsys):
 def test_lbfgs_with_k3_ratio_runs(tmp_path):
     # before: crashed at iteration 7 with "value cannot be converted to type float without
     # overflow" (k3_ratio was exp(logp - old) * expm1(d), inf * 0 in float32)
-    config = TrainConfig(optimizer="lbfgs", kl="k3_ratio", n_prompts=8, n_outputs=4,
+    config = TrainConfig.flat(optimizer="lbfgs", kl="k3_ratio", n_prompts=8, n_outputs=4,
                          group_size=4, iterations=7, progress=False)
     result = train(config)
     for name in ("success_prob", "kl_ref", "kl_prev", "entropy"):
@@ -248,7 +247,7 @@ def test_damaged_checkpoint_is_a_clear_error(tmp_path, capsys, damage):
 
 
 def test_damaged_history_is_a_clear_error(tmp_path, capsys):
-    config = TrainConfig(**{**FAST, "iterations": 4})
+    config = TrainConfig.flat(**{**FAST, "iterations": 4})
 
     def stop(n):
         if n == 3:
@@ -270,7 +269,7 @@ def test_damaged_history_is_a_clear_error(tmp_path, capsys):
 # ------------------------------------------------------- failures are recorded
 def test_a_run_that_fails_midway_is_marked_failed(tmp_path):
     # an exact solve that cannot converge in one step: a known fault, not a traceback
-    config = TrainConfig(**FAST, exact=True, exact_max_iter=1)
+    config = TrainConfig.flat(**FAST, exact=True, exact_max_iter=1)
     with pytest.raises(TrainingFault, match="did not converge"):
         train(config, out_dir=tmp_path / "run")
     record = json.loads((tmp_path / "run" / "run.json").read_text())
@@ -283,13 +282,13 @@ def test_an_interrupted_run_is_marked_interrupted(tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train(TrainConfig(**FAST), out_dir=tmp_path / "run", callback=stop)
+        train(TrainConfig.flat(**FAST), out_dir=tmp_path / "run", callback=stop)
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "interrupted"
 
 
 # ------------------------------------------------------------- litter and cost
 def test_resume_removes_temporaries_of_a_killed_write(tmp_path):
-    config = TrainConfig(**FAST)
+    config = TrainConfig.flat(**FAST)
 
     def stop(n):
         if n == 2:
@@ -314,7 +313,7 @@ def test_checkpoint_size_does_not_grow_with_the_run(tmp_path):
     # before: the checkpoint carried the whole metric history (quadratic I/O over a run)
     sizes = []
     out = tmp_path / "run"
-    config = TrainConfig(**{**FAST, "n_prompts": 64, "iterations": 12})
+    config = TrainConfig.flat(**{**FAST, "n_prompts": 64, "iterations": 12})
     train(config, out_dir=out, callback=lambda n: sizes.append((out / "checkpoint.pt")
                                                                .stat().st_size))
     growing = sizes[:-1]  # the final checkpoint holds the history, once
@@ -327,7 +326,7 @@ def test_result_files_follow_the_umask(tmp_path, umask):
     # before: every result file was 0600, whatever the umask
     previous = os.umask(umask)
     try:
-        train(TrainConfig(**FAST), out_dir=tmp_path / "run")
+        train(TrainConfig.flat(**FAST), out_dir=tmp_path / "run")
     finally:
         os.umask(previous)
     for path in (tmp_path / "run").iterdir():
@@ -359,9 +358,7 @@ def _wait_for_checkpoint(path: Path, process: subprocess.Popen, after: float,
 def test_signals_during_resume_give_identical_files(tmp_path):
     args = ["--n-prompts", "16", "--n-outputs", "8", "--iterations", "40", "--no-progress",
             "--seed", "3"]
-    parser = argparse.ArgumentParser()
-    cli.add_train_arguments(parser)
-    config = cli.config_from_args(parser.parse_args(["--out", "unused", *args]))
+    config = cli.parse_command(["--out", "unused", *args]).config
     train(config, out_dir=tmp_path / "full")
     cut = tmp_path / "cut"
 

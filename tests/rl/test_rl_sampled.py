@@ -33,7 +33,7 @@ from grpo_companion.rl.trainer import TrainConfig, train
 ])
 def test_sampled_bandit_matches_finite_group_recurrence(alpha, calibration):
     group, beta, values = 32, 2.0, (0.2, 0.5)
-    config = TrainConfig(n_prompts=2000, n_outputs=2, n_success=1, p_ref=values,
+    config = TrainConfig.flat(n_prompts=2000, n_outputs=2, n_success=1, p_ref=values,
                          group_size=group, beta=beta, alpha=alpha, kl="exact",
                          clip_eps_low=None, optimizer="lbfgs", mu=1, dtype="float64",
                          iterations=3, progress=False, seed=1, **calibration)
@@ -48,7 +48,7 @@ def test_sampled_bandit_matches_finite_group_recurrence(alpha, calibration):
                                          calibration=cal)[1])
         se = step1.std(ddof=1) / np.sqrt(count)
         assert abs(step1.mean() - predicted) < 4 * se, (value, step1.mean(), predicted, se)
-        for n in range(2, config.iterations + 1):
+        for n in range(2, config.run.iterations + 1):
             anchor = value if alpha == 1.0 else pos[n - 1, rows]
             one_step = theory.pos_map(pos[n - 1, rows], anchor, beta, alpha=1.0,
                                       calibration=cal)
@@ -60,7 +60,7 @@ def test_sampled_bandit_matches_finite_group_recurrence(alpha, calibration):
 
 def test_sampled_large_group_tracks_population_recurrence():
     # Looser sanity check on a typical TRL-like run: Adam, clipping, k3 in the loss.
-    config = TrainConfig(n_prompts=64, n_outputs=8, iterations=5, mu=4, progress=False,
+    config = TrainConfig.flat(n_prompts=64, n_outputs=8, iterations=5, mu=4, progress=False,
                          p_ref_zero_fraction=0.2, group_size=16)
     result = train(config)
     zero = result.p_ref == 0

@@ -30,7 +30,7 @@ def _stop_at(k):
 
 @pytest.mark.parametrize("settings", [BANDIT, SEQUENCE], ids=["bandit", "sequence"])
 def test_interrupted_run_resumes_to_identical_results(tmp_path, settings):
-    config = TrainConfig(**settings)
+    config = TrainConfig.flat(**settings)
     full = train(config, out_dir=tmp_path / "full")
     with pytest.raises(Interrupt):
         train(config, out_dir=tmp_path / "cut", callback=_stop_at(2))
@@ -49,21 +49,21 @@ def test_interrupted_run_resumes_to_identical_results(tmp_path, settings):
 
 
 def test_same_seed_same_results_other_seed_differs():
-    config = TrainConfig(**BANDIT)
+    config = TrainConfig.flat(**BANDIT)
     a, b = train(config), train(config)
     for name in a.metrics:
         np.testing.assert_array_equal(a.metrics[name], b.metrics[name])
-    c = train(TrainConfig(**{**BANDIT, "seed": 1}))
+    c = train(TrainConfig.flat(**{**BANDIT, "seed": 1}))
     assert not np.array_equal(a.success_prob, c.success_prob)
 
 
 def test_outputs_are_tidy_and_recorded(tmp_path):
-    config = TrainConfig(**BANDIT)
+    config = TrainConfig.flat(**BANDIT)
     result = train(config, out_dir=tmp_path)
     lines = (tmp_path / "metrics.csv").read_text().splitlines()
     assert lines[0] == "iteration,prompt,p_ref,success_prob,kl_ref,kl_prev,entropy,clip_fraction"
-    assert len(lines) == 1 + (config.iterations + 1) * config.n_prompts
-    first = lines[1 + config.n_prompts].split(",")  # iteration 1, prompt 0
+    assert len(lines) == 1 + (config.run.iterations + 1) * config.bandit.n_prompts
+    first = lines[1 + config.bandit.n_prompts].split(",")  # iteration 1, prompt 0
     assert float(first[3]) == result.success_prob[1, 0]
     record = json.loads((tmp_path / "run.json").read_text())
     assert record["status"] == "complete" and record["seed"] == 0
@@ -71,19 +71,19 @@ def test_outputs_are_tidy_and_recorded(tmp_path):
     assert {"python", "torch", "numpy", "grpo_companion", "device"} <= set(record["versions"])
     assert record["versions"]["device"] == result.device == "cpu"
     assert len(result.rows()) == len(lines) - 1
-    assert len(result.iteration_rows) == config.iterations
+    assert len(result.iteration_rows) == config.run.iterations
 
 
 def test_reference_reset_zeroes_kl_to_reference():
     # After the reset at iteration 2 the reference is pi_2: KL(pi_3||pi_ref) = KL(pi_3||pi_2).
-    result = train(TrainConfig(**{**BANDIT, "alpha": 1.0}))
+    result = train(TrainConfig.flat(**{**BANDIT, "alpha": 1.0}))
     np.testing.assert_allclose(result.metrics["kl_ref"][3], result.metrics["kl_prev"][3])
     assert np.all(result.metrics["kl_ref"][2] >= result.metrics["kl_prev"][2] - 1e-12)
 
 
 def test_default_dtype_is_untouched():
     before = torch.get_default_dtype()
-    train(TrainConfig(**{**BANDIT, "iterations": 1, "exact": True}))
+    train(TrainConfig.flat(**{**BANDIT, "iterations": 1, "exact": True}))
     assert torch.get_default_dtype() == before
 
 
@@ -98,16 +98,16 @@ def test_default_dtype_is_untouched():
 ])
 def test_config_rejects_bad_values(overrides, name):
     with pytest.raises(ValueError, match=name) as info:
-        TrainConfig(**overrides)
+        TrainConfig.flat(**overrides)
     assert "got" in str(info.value)
 
 
 def test_resume_checks_configuration_and_folder(tmp_path):
-    config = TrainConfig(**{**BANDIT, "iterations": 2})
+    config = TrainConfig.flat(**{**BANDIT, "iterations": 2})
     train(config, out_dir=tmp_path / "run")
     with pytest.raises(ValueError, match="beta"):
-        train(TrainConfig(**{**BANDIT, "iterations": 2, "beta": 0.3}), out_dir=tmp_path / "run",
-              resume=True)
+        train(TrainConfig.flat(**{**BANDIT, "iterations": 2, "beta": 0.3}),
+              out_dir=tmp_path / "run", resume=True)
     with pytest.raises(ValueError, match="not empty"):
         train(config, out_dir=tmp_path / "run")
     with pytest.raises(ValueError, match="checkpoint"):

@@ -1,7 +1,7 @@
 """The batched engine of several seeds against separate run_long runs of each seed.
 
 :func:`grpo_companion.rl.seed_batch.run_seeds_batched` must return, field for field, the
-:class:`~grpo_companion.rl.long_run.LongRun` of ``run_long(replace(config, seed=s))`` for
+:class:`~grpo_companion.rl.long_run.LongRun` of ``run_long(config.replace(seed=s))`` for
 each seed, up to float rounding. Both sides run torch on one thread.
 
 **Float64.** The trainer builds the transformer in float32 whatever ``dtype`` says (the
@@ -47,7 +47,7 @@ from grpo_companion.theory.analyses import trained_loss
 # test_long_run's TINY (groups of 4 see successes after its pre-training), with per-prompt
 # KL weights, and batches smaller than the pool (prompts left out of a batch take the
 # recorder's other path)
-TINY = TrainConfig(task="sequence", max_operand=19, n_eval_prompts=16, eval_samples=4,
+TINY = TrainConfig.flat(task="sequence", max_operand=19, n_eval_prompts=16, eval_samples=4,
                    sft_steps=200, sft_batch_size=64, sft_lr=1e-2, d_model=16, n_heads=2,
                    n_layers=1, group_size=4, mu=2, iterations=4, prompts_per_iteration=4,
                    grpo_prompts=8, device="cpu", progress=False, lr=1e-3, kl="k3",
@@ -77,10 +77,10 @@ _ORIGINAL_BUILD = grpo_tasks.SequenceGRPO.build
 @pytest.fixture(scope="module")
 def float64_runs():
     """Separate and batched runs of SEEDS, the transformer in float64."""
-    config = dataclasses.replace(TINY, dtype="float64")
+    config = TINY.replace(dtype="float64")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(grpo_tasks.SequenceGRPO, "build", staticmethod(_build_in_dtype))
-        separate = [long_run.run_long(dataclasses.replace(config, seed=s),
+        separate = [long_run.run_long(config.replace(seed=s),
                                       record_every=RECORD_EVERY) for s in SEEDS]
         batched = seed_batch.run_seeds_batched(config, list(SEEDS), record_every=RECORD_EVERY)
     assert separate[0].logit_trained.dtype == np.float64
@@ -89,7 +89,7 @@ def float64_runs():
 
 @pytest.fixture(scope="module")
 def float32_runs():
-    separate = [long_run.run_long(dataclasses.replace(TINY, seed=s), record_every=RECORD_EVERY)
+    separate = [long_run.run_long(TINY.replace(seed=s), record_every=RECORD_EVERY)
                 for s in SEEDS]
     return separate, seed_batch.run_seeds_batched(TINY, list(SEEDS), record_every=RECORD_EVERY)
 
@@ -118,7 +118,7 @@ def _assert_same_run(separate: LongRun, batched: LongRun, *, rtol: float,
 
 def test_batched_equals_separate_runs_in_float64(float64_runs):
     separate, batched = float64_runs
-    assert [r.config.seed for r in batched] == list(SEEDS)
+    assert [r.config.run.seed for r in batched] == list(SEEDS)
     for a, b in zip(separate, batched, strict=True):
         _assert_same_run(a, b, rtol=1e-9, atol=1e-12)
     # the runs learn and differ between seeds, so that equal numbers mean something
@@ -126,7 +126,7 @@ def test_batched_equals_separate_runs_in_float64(float64_runs):
     assert not np.array_equal(batched[0].trained, batched[1].trained)
     assert np.isnan(batched[0].delta).any() and np.isfinite(batched[0].delta).any()
     assert 0 < np.nansum(batched[0].group_successes) < np.sum(
-        np.isfinite(batched[0].group_successes)) * TINY.group_size
+        np.isfinite(batched[0].group_successes)) * TINY.grpo.group_size
 
 
 def test_batched_equals_separate_runs_in_float32(float32_runs, float64_runs):
@@ -147,10 +147,10 @@ def test_batched_equals_separate_runs_in_float32(float32_runs, float64_runs):
 
 def test_workers_train_parts_of_the_seeds_as_batches_of_their_own(float32_runs):
     """``workers=2``: two spawned processes, each one batch; the same runs, in seed order."""
-    config = dataclasses.replace(TINY, iterations=2)
+    config = TINY.replace(iterations=2)
     together = seed_batch.run_seeds_batched(config, np.array([2, 0]), record_every=2)
     apart = seed_batch.run_seeds_batched(config, [2, 0], record_every=2, workers=2)
-    assert [r.config.seed for r in apart] == [2, 0]
+    assert [r.config.run.seed for r in apart] == [2, 0]
     for a, b in zip(together, apart, strict=True):  # batches of one seed round differently
         _assert_same_run(a, b, rtol=1e-4, atol=1e-5)
     # and the first iterations are those of the longer float32 runs (same draws)
@@ -159,8 +159,8 @@ def test_workers_train_parts_of_the_seeds_as_batches_of_their_own(float32_runs):
 
 
 def test_the_self_check_catches_a_forward_pass_that_is_not_the_models():
-    config = dataclasses.replace(TINY, sft_steps=0)
-    runs = [prepare_run(dataclasses.replace(config, seed=s)).run_state for s in (0, 1)]
+    config = TINY.replace(sft_steps=0)
+    runs = [prepare_run(config.replace(seed=s)).run_state for s in (0, 1)]
     stack = seed_batch.StackedTransformer(runs[0].policy)
     params = {name: torch.stack([dict(r.policy.named_parameters())[name].detach()
                                  for r in runs]) for name, _ in runs[0].policy.named_parameters()}
@@ -185,12 +185,12 @@ def test_a_seed_out_of_the_configs_range_is_refused():
 
 
 @pytest.mark.parametrize(("config", "message"), [
-    (TrainConfig(progress=False), "config must be a sampled task='sequence' run"),
-    (dataclasses.replace(TINY, grpo_prompts=None, grpo_beta_multipliers=None),
+    (TrainConfig.flat(progress=False), "config must be a sampled task='sequence' run"),
+    (TINY.replace(grpo_prompts=None, grpo_beta_multipliers=None),
      "config must be a sampled task='sequence' run"),
-    (dataclasses.replace(TINY, optimizer="sgd"), "optimizer must be 'adam'"),
-    (dataclasses.replace(TINY, optimizer="lbfgs"), "optimizer must be 'adam'"),
-    (dataclasses.replace(TINY, ref_reset_every=2), "ref_reset_every must be None"),
+    (TINY.replace(optimizer="sgd"), "optimizer must be 'adam'"),
+    (TINY.replace(optimizer="lbfgs"), "optimizer must be 'adam'"),
+    (TINY.replace(ref_reset_every=2), "ref_reset_every must be None"),
     ("not a config", "config must be a TrainConfig"),
 ], ids=["bandit", "no_pool", "sgd", "lbfgs", "ref_reset", "type"])
 def test_unsupported_runs_are_refused(config, message):
@@ -239,18 +239,18 @@ def test_workers_register_the_parents_custom_normalisation(positive_only):
 
     It is w- = 0: the recorder's exact step (and its orbit) must take it as it is.
     """
-    config = dataclasses.replace(TINY, iterations=2, normalization=positive_only)
+    config = TINY.replace(iterations=2, normalization=positive_only)
     together = seed_batch.run_seeds_batched(config, [2, 0], record_every=2)
     apart = seed_batch.run_seeds_batched(config, [2, 0], record_every=2, workers=2)
-    assert [r.config.seed for r in apart] == [2, 0]
+    assert [r.config.run.seed for r in apart] == [2, 0]
     for a, b in zip(together, apart, strict=True):  # batches of one seed round differently
         _assert_same_run(a, b, rtol=1e-4, atol=1e-5)
     # iteration 1's divergence step by hand (pi_prev = pi_ref), with w- = 0 at G = 4
     run = together[0]
-    cal = theory.Calibration(normalization=positive_only, group_size=TINY.group_size)
+    cal = theory.Calibration(normalization=positive_only, group_size=TINY.grpo.group_size)
     assert float(cal.weights(0.3)[1]) == 0.0  # w- = 0
     cols = np.isfinite(run.target_logit[0])
-    assert cols.sum() == TINY.prompts_per_iteration
+    assert cols.sum() == TINY.grpo.prompts_per_iteration
     lr = run.logit_trained[0, cols]
     goal = trained_loss.exact_step_logit(lr, lr, run.beta_trained[cols], estimator="k3",
                                          calibration=cal)
@@ -263,7 +263,7 @@ def test_workers_register_the_parents_custom_normalisation(positive_only):
     # and the step is not GRPO's (the failures' weight matters)
     grpo = trained_loss.exact_step_logit(
         lr, lr, run.beta_trained[cols], estimator="k3",
-        calibration=theory.Calibration(group_size=TINY.group_size))
+        calibration=theory.Calibration(group_size=TINY.grpo.group_size))
     assert np.abs(goal - grpo).max() > 1e-3
 
 
@@ -284,7 +284,7 @@ def test_a_normalisation_workers_cannot_import_is_refused_by_name(train):
     theory.register_normalization("local_whitening", local_gains, summary="local",
                                   uses_eps=True)
     try:
-        config = dataclasses.replace(TINY, normalization="local_whitening")
+        config = TINY.replace(normalization="local_whitening")
         with pytest.raises(ValueError, match="'local_whitening' cannot be sent to worker "
                            "processes.*use workers=1, or define the gains in an importable "
                            "module"):
@@ -305,7 +305,7 @@ def test_gains_defined_in_a_main_without_a_file_are_refused(monkeypatch):
     theory.register_normalization("notebook_whitening", notebook_gains, summary="notebook",
                                   uses_eps=True)
     try:
-        config = dataclasses.replace(TINY, normalization="notebook_whitening")
+        config = TINY.replace(normalization="notebook_whitening")
         monkeypatch.setitem(sys.modules, "__main__", main)
         with pytest.raises(ValueError, match="'notebook_whitening' cannot be sent.*"
                            "notebook_gains is defined in __main__"):
@@ -320,8 +320,7 @@ def test_a_worker_keeps_a_normalisation_it_has_and_registers_a_shipped_one(posit
     long_run._receive_normalization(builtin)  # mean_std is there already: left as it is
     assert theory.NORMALIZATIONS["mean_std"].gains.__module__ == (
         "grpo_companion.theory.normalizations")
-    shipped = long_run._shipped_normalization(dataclasses.replace(
-        TINY, normalization=positive_only))
+    shipped = long_run._shipped_normalization(TINY.replace(normalization=positive_only))
     entry = theory.NORMALIZATIONS.pop(positive_only)  # as in a fresh process
     try:
         long_run._receive_normalization(shipped)

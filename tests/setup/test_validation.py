@@ -14,8 +14,9 @@ torch = pytest.importorskip("torch")
 
 
 def _before(value: object, low: float, high: float, open_low: bool = False) -> bool:
-    """What ``rl.config._is_real`` and ``rl.losses._check_real`` accepted (their two bodies,
-    which were the same test written twice, before both called ``is_real_number``)."""
+    """What ``rl.config._is_real`` (now ``rl.checks``) and ``rl.losses._check_real`` accepted
+    (their two bodies, which were the same test written twice, before both called
+    ``is_real_number``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return False
     return (value > low if open_low else value >= low) and value <= high
@@ -66,7 +67,7 @@ def test_the_losses_messages_are_unchanged():
 
 
 def test_the_config_fields_read_the_same_check():
-    from grpo_companion.rl.config import Real
+    from grpo_companion.rl.checks import Real
 
     field = Real(low=0.0, high=1.0, open_low=True)
     assert field._accept(0.5) == (True, 0.5)

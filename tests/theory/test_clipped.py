@@ -510,23 +510,22 @@ def test_expected_training_is_the_large_group_limit_of_sampled_training():
     100 iterations) lies far below the expected training's: the clip's effect there comes
     from the sampling noise."""
     torch = pytest.importorskip("torch")
-    import dataclasses
 
     from grpo_companion.rl import TrainConfig, train
 
     torch.set_num_threads(1)
-    base = TrainConfig(n_prompts=24, n_outputs=2, n_success=1, p_ref=(0.05,), iterations=6,
+    base = TrainConfig.flat(n_prompts=24, n_outputs=2, n_success=1, p_ref=(0.05,), iterations=6,
                        beta=2.0, eps=1e-5, kl="exact", dtype="float64", progress=False, mu=10,
                        optimizer="adam", clip_eps_low=None, group_size=4096)
-    runs = [train(dataclasses.replace(base, seed=s)).metrics["success_prob"] for s in range(3)]
+    runs = [train(base.replace(seed=s)).metrics["success_prob"] for s in range(3)]
     pos = np.concatenate(runs, axis=1)
     want = clipped.expected_clipped_training(0.05, 2.0, 1.0, 6, 10, clip_eps_high=np.inf,
                                              n_prompts=24, group_size=4096)
     se = pos.std(1, ddof=1) / np.sqrt(pos.shape[1])
     assert np.all(np.abs(pos.mean(1) - want)[1:] <= 4 * se[1:])
 
-    small = dataclasses.replace(base, iterations=100, group_size=4, clip_eps_low=0.2)
-    tails = np.concatenate([train(dataclasses.replace(small, seed=s)).metrics["success_prob"]
+    small = base.replace(iterations=100, group_size=4, clip_eps_low=0.2)
+    tails = np.concatenate([train(small.replace(seed=s)).metrics["success_prob"]
                             [-40:].mean(0) for s in range(2)])
     expected = clipped.expected_clipped_training(0.05, 2.0, 0.2, 100, 10, n_prompts=24,
                                                  group_size=4)[-40:].mean()

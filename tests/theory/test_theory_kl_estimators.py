@@ -215,7 +215,7 @@ def test_the_loss_and_the_trainer_read_the_one_registry():
         trainer.TrainConfig.__dataclass_fields__["kl"])
     for name in names:
         assert name in help_text
-        trainer.TrainConfig(task="bandit", kl=name, progress=False)  # a valid choice
+        trainer.TrainConfig.flat(task="bandit", kl=name, progress=False)  # a valid choice
         assert kle.KL_ESTIMATORS[name].follows in ("forward", "reverse", "none")
     from grpo_companion.theory.analyses import trained_loss
     assert set(trained_loss.ROUND_ESTIMATORS) <= set(kle.ESTIMATOR_TARGETS)

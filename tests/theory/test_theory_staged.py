@@ -64,7 +64,7 @@ def test_the_exact_trainer_with_ref_reset_every_follows_the_staged_recurrence() 
     from grpo_companion.rl.trainer import TrainConfig, train
 
     p_refs = (0.05, 0.3)
-    run = train(TrainConfig(exact=True, n_prompts=2, n_outputs=6, n_success=2, p_ref=p_refs,
+    run = train(TrainConfig.flat(exact=True, n_prompts=2, n_outputs=6, n_success=2, p_ref=p_refs,
                             iterations=6, beta=2.0, ref_reset_every=3, eps=1e-5, seed=0,
                             progress=False))
     staged = staged_iterate(run.p_ref, 2.0, 6, 3, eps=1e-5)

@@ -151,13 +151,13 @@ def check_direct_formula(cal: theory.Calibration) -> None:
 
 def check_exact_training(cal: theory.Calibration, anchor: theory.Anchor) -> None:
     variant = theory.Variant(cal, anchor)
-    config = TrainConfig(exact=True, n_prompts=24, n_outputs=10, n_success=3, iterations=4,
+    config = TrainConfig.flat(exact=True, n_prompts=24, n_outputs=10, n_success=3, iterations=4,
                          beta=1.5, seed=5, progress=False, p_ref_zero_fraction=0.15,
                          normalization=cal.normalization, eps=cal.eps,
                          eps_placement=cal.eps_placement, ddof=cal.ddof, alpha=anchor.alpha)
     assert config.variant == variant
     result = train(config)
-    expected = theory.iterate(result.p_ref, result.p_ref, config.beta, config.iterations,
+    expected = theory.iterate(result.p_ref, result.p_ref, config.grpo.beta, config.run.iterations,
                               alpha=anchor.alpha, calibration=config.calibration)
     np.testing.assert_allclose(result.success_prob, expected, rtol=0, atol=1e-6,
                                err_msg=f"{ids(cal)} {anchor.kind}: exact training is not the "
@@ -267,7 +267,7 @@ def test_a_registered_normalization_reaches_the_trainer():
         cal = theory.Calibration("tripled_for_test")
         assert cal.omega(0.3) == pytest.approx(3.0)
         check_exact_training(cal, theory.Anchor.reference())
-        config = TrainConfig(normalization="tripled_for_test", iterations=1, n_prompts=8,
+        config = TrainConfig.flat(normalization="tripled_for_test", iterations=1, n_prompts=8,
                              group_size=4, progress=False)
         assert train(config).success_prob.shape == (2, 8)
     finally:
