@@ -40,6 +40,7 @@ __all__ = [
     "Text",
     "check_fields",
     "checked_fields",
+    "merge_preset",
     "option_of",
     "trl_rows",
     "trl_table_markdown",
@@ -232,6 +233,18 @@ def check_fields(section: Any) -> None:
         checked = check.validate(f.name, value)
         if checked is not value:
             object.__setattr__(section, f.name, checked)
+
+
+def merge_preset(preset: dict[str, Any], passed: dict[str, Any], *, label: str,
+                 name_of: Callable[[str], str] = str) -> dict[str, Any]:
+    """``passed`` completed by ``preset``; ``ValueError`` naming both where they disagree."""
+    clashes = [k for k, v in preset.items() if k in passed and passed[k] != v]
+    if clashes:
+        sets = ", ".join(f"{name_of(k)}={preset[k]!r}" for k in clashes)
+        given = ", ".join(f"{name_of(k)}={passed[k]!r}" for k in clashes)
+        raise ValueError(f"{label} sets {sets}, but {given} was given as well; give only one "
+                         "of them, or values that agree")
+    return {**passed, **preset}
 
 
 def option_of(name: str) -> str:

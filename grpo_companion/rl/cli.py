@@ -29,8 +29,8 @@ from typing import Literal
 
 import tyro
 
-from grpo_companion.rl.checks import option_of, trl_table_text
-from grpo_companion.rl.train_config import SECTIONS, calibration_fields, merge_preset
+from grpo_companion.rl.checks import merge_preset, option_of, trl_table_text
+from grpo_companion.rl.train_config import SECTIONS, calibration_fields
 from grpo_companion.rl.trainer import (
     PreparedRun,
     TrainConfig,

@@ -1,28 +1,15 @@
 """The configuration of a toy GRPO run: :class:`TrainConfig`, nested by concern.
 
-A run is configured by one frozen dataclass, :class:`TrainConfig`, which holds
-the two switches (``task``, ``exact``) and five sections:
-
-- :class:`RunConfig` (``run``): how long, which seed, where, and what is recorded;
-- :class:`GRPOConfig` (``grpo``): the objective (KL weight, anchor, calibration)
-  and the sampled update (group size, mu, clipping, KL estimator, loss type);
-- :class:`OptimConfig` (``optim``): the optimiser of the sampled update and the
-  solver of the exact one;
-- :class:`BanditConfig` (``bandit``), :class:`SequenceConfig` (``sequence``) and
-  :class:`ModelConfig` (``model``): the two tasks and the transformer.
-
-Each field is declared once: its type carries its check
-(:mod:`grpo_companion.rl.checks`) and, where it has one, its TRL name; the
-docstring under it is its help. ``python -m grpo_companion train`` is derived
-from these declarations by `tyro <https://brentyi.github.io/tyro/>`_
-(:mod:`grpo_companion.rl.cli`). Building a config checks every value and
-touches no device and no memory probe;
-:func:`grpo_companion.rl.machine.check_machine` asks the machine when a run is
-prepared.
-
-Field names are unique across the sections, so that
-``TrainConfig.flat(beta=0.5, group_size=8)`` and ``config.replace(seed=3)``
-can name a field without its section, and the command line spells every field
+Two switches (``task``, ``exact``) and six sections: :class:`RunConfig` (length, seed,
+device, records), :class:`GRPOConfig` (the objective and the sampled update),
+:class:`OptimConfig` (optimiser and exact solver), :class:`BanditConfig`,
+:class:`SequenceConfig` and :class:`ModelConfig` (the tasks and the transformer). Each field
+is declared once: its type carries its check and TRL name (:mod:`grpo_companion.rl.checks`),
+the docstring under it is its help, and tyro derives ``python -m grpo_companion train`` from
+them (:mod:`grpo_companion.rl.cli`). Building a config checks every value and touches no
+device and no memory probe (:func:`grpo_companion.rl.machine.check_machine` asks the machine
+when a run is prepared). Field names are unique across sections, so ``TrainConfig.flat(beta=0.5)``
+and ``config.replace(seed=3)`` name a field alone, and the command line spells it
 ``--field-name``.
 """
 
@@ -39,7 +26,17 @@ import torch
 import tyro
 
 from grpo_companion.rl import losses
-from grpo_companion.rl.checks import TRL, Choice, Flag, Int, Real, Reals, Text, check_fields
+from grpo_companion.rl.checks import (
+    TRL,
+    Choice,
+    Flag,
+    Int,
+    Real,
+    Reals,
+    Text,
+    check_fields,
+    merge_preset,
+)
 from grpo_companion.theory.normalizations import EPS_PLACEMENTS, NORMALIZATIONS
 
 Task = Literal["bandit", "sequence"]
@@ -82,16 +79,6 @@ _SCALE_REWARDS = (
     '"none" is normalization="mean_only" (--calibration=mean_only); "batch" (one standard '
     "deviation over the whole batch) has no per-prompt equivalent and is not supported")
 _SCALE = TRL("scale_rewards")
-
-
-def _normalizations() -> tuple[str, ...]:
-    """The normalisations registered now (a check reads the registry when it runs)."""
-    return tuple(NORMALIZATIONS)
-
-
-def _kl_choices() -> tuple[str, ...]:
-    """The KL penalties the loss knows now."""
-    return tuple(losses.KL_CHOICES)
 
 
 class _Checked:
@@ -137,7 +124,7 @@ class GRPOConfig(_Checked):
     ref_mixup_alpha: Annotated[float, Real(0.0, 1.0)] = 1.0
     """at each reset, pi_ref's parameters become a theta + (1 - a) theta_ref with this a (TRL's sync_ref_model with ref_model_mixup_alpha; on the bandit's logits the recurrence of theory.analyses.staged.moving_reference_iterate); 1: pi_ref <- pi"""
     normalization: Annotated[Literal[tuple(NORMALIZATIONS)],  # type: ignore[valid-type]
-                             Choice(values=_normalizations),
+                             Choice(values=NORMALIZATIONS.keys),
                              TRL("scale_rewards", _SCALE_REWARDS)] = "mean_std"
     """reward normalisation of the group advantages, a name registered in theory.NORMALIZATIONS (mean_std: GRPO's whitening, eq. 4; mean_only: Dr. GRPO's centring, eq. 13)"""
     eps: Annotated[float, Real(EPS_MIN, finite=True, or_zero=True,
@@ -165,7 +152,7 @@ class GRPOConfig(_Checked):
                              TRL("epsilon_high")] = None
     """clipping range above 1 (DAPO's clip-higher); None: the same as clip_eps_low"""
     kl: Annotated[Literal[tuple(KL_CHOICES)],  # type: ignore[valid-type]
-                  Choice(values=_kl_choices),
+                  Choice(values=KL_CHOICES),
                   TRL("use_bias_correction_kl", 'True is kl="k3_ratio", False is kl="k3"')
                   ] = "k3"
     """KL penalty in the loss: a per-token estimator of theory.kl_estimators, or exact (bandit only: the exact KL of the tabular policies)"""
@@ -278,18 +265,6 @@ def variant_fields(variant: Any) -> dict[str, Any]:
     if not isinstance(variant, Variant):
         raise ValueError(f"variant must be a theory.Variant or None, got {variant!r}")
     return {**calibration_fields(variant.calibration), "alpha": variant.alpha}
-
-
-def merge_preset(preset: dict[str, Any], passed: dict[str, Any], *, label: str,
-                 name_of: Any = str) -> dict[str, Any]:
-    """``passed`` completed by ``preset``; ``ValueError`` naming both where they disagree."""
-    clashes = [k for k, v in preset.items() if k in passed and passed[k] != v]
-    if clashes:
-        sets = ", ".join(f"{name_of(k)}={preset[k]!r}" for k in clashes)
-        given = ", ".join(f"{name_of(k)}={passed[k]!r}" for k in clashes)
-        raise ValueError(f"{label} sets {sets}, but {given} was given as well; give only one "
-                         "of them, or values that agree")
-    return {**passed, **preset}
 
 
 @functools.cache
