@@ -6,12 +6,17 @@ Issue 22, item 5. Side by side on the grids the theory uses, each timed as the m
 - ``fixed_points``: every interior fixed point (Theorem 2) over a 200 x 200
   ``(p_ref, beta)`` grid, ``p_ref`` in [0.01, 0.99], ``beta`` in [0.01, 100] (paper
   calibration, and ``eps = 0``). Old: the safeguarded Newton iteration (``rtsafe``).
+  ``old_points`` / ``new_points``: logits at which ``Omega`` or ``Omega'`` were
+  evaluated, a cost that does not move with the machine's load.
 - ``period_two_orbits``: the period-2 orbits of chapter 5's regime map over a 40 x 40 grid
   (``theory.regimes`` refines ``f o f - id`` with the same finder).
 - ``clipped_fixed_points``: ``theory.analyses.clipped`` (``roots.scan_roots``) over a
   20 x 20 grid; old: bisection to adjacent floats.
 - ``reverse_kl_policy``: the normaliser of the reverse-KL optimum over 200 x 200 betas and
   8 outcomes; old: 200 bisections on ``lam``.
+- ``round_step``: ``trained_loss.round_step_logit`` (k3) over a 100 x 100 ``(L_old, L_ref)``
+  grid; old: 80 bisections of the bracketing grid cell (re-created by handing the new code
+  a bisecting stand-in for ``find_root``).
 
 ``errors`` gives, for the fixed points on tests/theory/test_root_finders.py's hard grid
 (logits -700..700, beta 1e-12..1e12, seven calibrations) and its double-root cells, the
@@ -38,14 +43,9 @@ from unittest import mock
 import numpy as np
 from scipy import special
 
-from grpo_companion.theory import regimes, roots
+from grpo_companion.theory import kl_estimators, regimes, roots
+from grpo_companion.theory.analyses import clipped, trained_loss
 from grpo_companion.theory.calibration import Calibration
-
-try:
-    from grpo_companion.theory.analyses import clipped
-except ImportError:  # before the chapter modules moved to theory.analyses
-    from grpo_companion.theory import clipped  # type: ignore[no-redef]
-from grpo_companion.theory import kl_estimators
 
 _XTOL = 4.0 * np.finfo(np.float64).eps
 
@@ -175,6 +175,21 @@ def legacy_reverse_kl_policy(ref: np.ndarray, adv: np.ndarray, b: np.ndarray) ->
         return pi / pi.sum(axis=-1, keepdims=True)
 
 
+class _Bisected:
+    def __init__(self, x: np.ndarray) -> None:
+        self.x = x
+
+
+def legacy_bisect_80(f, init, *, args=(), tolerances=None):
+    """``find_root``'s call signature with trained_loss's former 80 bisections behind it."""
+    a, c = (np.array(v, dtype=np.float64) for v in init)
+    for _ in range(80):
+        mid = 0.5 * (a + c)
+        pos = f(mid, *args) > 0
+        a, c = np.where(pos, mid, a), np.where(pos, c, mid)
+    return _Bisected(0.5 * (a + c))
+
+
 # ------------------------------------------------------------------------ timing
 def _median(function: Callable[[], object], repeats: int) -> float:
     times = []
@@ -191,6 +206,24 @@ def _pair(old: Callable[[], object], new: Callable[[], object], repeats: int) ->
             "speedup": round(old_s / new_s, 2)}
 
 
+def _points_evaluated(function: Callable[[], object]) -> int:
+    """Logits at which ``Omega`` or ``Omega'`` were evaluated during ``function()``: a
+    machine-independent cost (the timings move with the load of a shared machine)."""
+    count = [0]
+    originals = {name: getattr(Calibration, name)
+                 for name in ("omega_unchecked", "omega_prime_unchecked")}
+
+    def counting(name):
+        def wrapper(self, logit_p):
+            count[0] += np.size(logit_p)
+            return originals[name](self, logit_p)
+        return wrapper
+
+    with mock.patch.multiple(Calibration, **{n: counting(n) for n in originals}):
+        function()
+    return count[0]
+
+
 def timings(repeats: int) -> dict:
     out = {}
     p_ref = np.linspace(0.01, 0.99, 200)
@@ -205,6 +238,10 @@ def timings(repeats: int) -> dict:
         out[f"fixed_points_200x200_{name}"] = {
             **_pair(lambda cal=cal: legacy_fixed_points_flat(lr, 1.0 / b, cal),
                     lambda cal=cal: roots._fixed_points_flat(lr, 1.0 / b, cal), repeats),
+            "old_points": _points_evaluated(
+                lambda cal=cal: legacy_fixed_points_flat(lr, 1.0 / b, cal)),
+            "new_points": _points_evaluated(
+                lambda cal=cal: roots._fixed_points_flat(lr, 1.0 / b, cal)),
             "roots": int(np.sum(~np.isnan(new))), "same_roots_found": bool(same),
             "max_old_new_gap_eps": round(gap, 2)}
     lr2, b2 = np.meshgrid(special.logit(np.linspace(0.02, 0.98, 40)), np.geomspace(0.05, 5, 40),
@@ -240,6 +277,21 @@ def timings(repeats: int) -> dict:
     out["reverse_kl_policy_200x200x8"] = _pair(
         lambda: legacy_reverse_kl_policy(ref, adv, bb[..., None]),
         lambda: kl_estimators._reverse_kl_policy(ref, adv, bb), repeats)
+    lp4, lr4 = (a.ravel() for a in np.meshgrid(np.linspace(-8, 8, 100), np.linspace(-8, 8, 100),
+                                               indexing="ij"))
+
+    def rnd():
+        return trained_loss.round_step_logit(lp4, lr4, 0.5, estimator="k3")
+
+    def rnd_old():
+        with mock.patch("scipy.optimize.elementwise.find_root", legacy_bisect_80):
+            return rnd()
+
+    a, c = rnd_old(), rnd()
+    out["round_step_100x100_k3"] = {
+        **_pair(rnd_old, rnd, repeats),
+        "max_old_new_gap_eps": round(float(np.max(np.abs(a - c) / np.maximum(1, np.abs(c)))
+                                           / np.finfo(np.float64).eps), 2)}
     return out
 
 
