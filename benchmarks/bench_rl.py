@@ -58,11 +58,11 @@ def bandit(iterations: int, loop_prompts: int) -> dict[str, float]:
         completions, mask = policy.sample(prompt, group, generator=generator)
         rewards = task.success[q, completions[:, 0]].float().view(1, group)
         adv = losses.group_advantages(rewards, eps=1e-5, eps_placement="sqrt", ddof=0).view(-1)
-        old_logp = policy.token_logprobs(prompt, completions, group).detach()
+        prev_logp = policy.token_logprobs(prompt, completions, group).detach()
         prev_logp = policy.log_probs().detach()
         for _ in range(mu):
             logp = policy.token_logprobs(prompt, completions, group)
-            loss = losses.grpo_loss(logp, old_logp, None, adv, mask)
+            loss = losses.grpo_loss(logp, prev_logp, None, adv, mask)
             current = policy.log_probs()
             loss = loss + 0.1 * losses.tabular_kl(current, ref_logp).mean()
             optimizer.zero_grad()

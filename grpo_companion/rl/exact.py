@@ -26,7 +26,7 @@ _LOG_TINY = math.log(1e-300)
 _EXACT_GAP_CAP = 3.0e4
 
 
-def exact_iteration(run: RunState, old: Any) -> dict[str, float]:
+def exact_iteration(run: RunState, prev: Any) -> dict[str, float]:
     """One exact GRPO iteration: maximise eq. (6)/(9)/(17) to convergence.
 
     Returns the iteration's statistics (``loss``: minus the objective; the sampled
@@ -45,7 +45,7 @@ def exact_iteration(run: RunState, old: Any) -> dict[str, float]:
     """
     config, task = run.config, run.task
     with torch.no_grad():
-        prev_logp = old.log_probs()
+        prev_logp = prev.log_probs()
         ref_logp = run.ref_policy.log_probs()
         logit_prev = task.success_logit(prev_logp).cpu().numpy()
     w_plus, w_minus, capped, log_w = _exact_weights(run, logit_prev)

@@ -83,7 +83,7 @@ class GRPOTask(Protocol):
         """Per-token log-probabilities ``(rows, tokens)`` of the outputs under ``policy``."""
         ...
 
-    def evaluate(self, policy: nn.Module, ref_policy: nn.Module, old: nn.Module,
+    def evaluate(self, policy: nn.Module, ref_policy: nn.Module, prev: nn.Module,
                  iteration: int) -> dict[str, torch.Tensor]:
         """Per tracked prompt: ``success_prob`` (the PoS), ``kl_ref``, ``kl_prev``, ``entropy``."""
         ...
@@ -145,14 +145,14 @@ class BanditGRPO(_TokenLogProbs):
     def score(self, groups: Groups) -> torch.Tensor:
         return self.data.reward(groups.chosen, groups.completions, groups.group)
 
-    def evaluate(self, policy: nn.Module, ref_policy: nn.Module, old: nn.Module,
+    def evaluate(self, policy: nn.Module, ref_policy: nn.Module, prev: nn.Module,
                  iteration: int) -> dict[str, torch.Tensor]:
         """Exact: the PoS (eq. 7), both KLs and the entropy of the tabular policies."""
         logp = policy.log_probs()
         return {
             "success_prob": self.data.success_prob(logp),
             "kl_ref": losses.tabular_kl(logp, ref_policy.log_probs()),
-            "kl_prev": losses.tabular_kl(logp, old.log_probs()),
+            "kl_prev": losses.tabular_kl(logp, prev.log_probs()),
             "entropy": -(logp.exp() * logp).sum(-1),
         }
 
@@ -208,7 +208,7 @@ class SequenceGRPO(_TokenLogProbs):
     def score(self, groups: Groups) -> torch.Tensor:
         return self.data.reward(groups.chosen, groups.completions, groups.mask, groups.group)
 
-    def evaluate(self, policy: nn.Module, ref_policy: nn.Module, old: nn.Module,
+    def evaluate(self, policy: nn.Module, ref_policy: nn.Module, prev: nn.Module,
                  iteration: int) -> dict[str, torch.Tensor]:
         """Sampled: the verified share and the mean sequence log-ratios of held-out samples."""
         task, n, temp = self.data, self.eval_samples, self.temperature
@@ -228,8 +228,8 @@ class SequenceGRPO(_TokenLogProbs):
             return seq_logp(other.token_logprobs(prompts, completions, n, temperature=temp))
 
         logp = seq_logp(tokens)
-        kl_prev = torch.zeros_like(logp[:, 0]) if old is policy else (
-            logp - logp_of(old)).mean(1)  # pi_0 = pi_ref: no previous policy
+        kl_prev = torch.zeros_like(logp[:, 0]) if prev is policy else (
+            logp - logp_of(prev)).mean(1)  # pi_0 = pi_ref: no previous policy
         return {
             "success_prob": task.reward(idx, completions, mask, n).view(-1, n).mean(1),
             "kl_ref": (logp - logp_of(ref_policy)).mean(1),

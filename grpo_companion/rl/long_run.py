@@ -275,7 +275,7 @@ class _Recorder:
 
     def start(self) -> None:
         """After pre-training: pi_ref's distributions, and the record of iteration 0."""
-        self.previous = copy.deepcopy(self.run.policy)
+        self.prev = copy.deepcopy(self.run.policy)
         self.ref_lp, _, self.ref_logit = self._exact(self.run.ref_policy, self.trained)
         self.cache_logit[:], self.cache_iter[:] = self.ref_logit, 0
         # the exact orbit pi_n of the divergence step from pi_ref (Theorem 10's pi_n)
@@ -297,7 +297,7 @@ class _Recorder:
         logit_prev = self.cache_logit[cols].copy()
         stale = self.cache_iter[cols] != n - 1
         if stale.any():
-            logit_prev[stale] = self._exact(self.previous, chosen[stale])[2]
+            logit_prev[stale] = self._exact(self.prev, chosen[stale])[2]
         lp_new, col, logit_new = self._exact(self.run.policy, chosen)
         self.cache_logit[cols], self.cache_iter[cols] = logit_new, n
         goal = trained_loss.exact_step_logit(logit_prev, self.ref_logit[cols], self.beta[cols],
@@ -308,7 +308,7 @@ class _Recorder:
         self.successes[n - 1, cols] = self.run.rewards.sum(1).cpu().numpy()
         self.orbit_tv[n - 1, cols] = trained_loss.one_step_tv(
             lp_new, self.ref_lp[cols], col, self.orbit[n - 1, cols])[0]
-        self.previous = copy.deepcopy(self.run.policy)  # a copy of a tiny model: about 1 ms
+        self.prev = copy.deepcopy(self.run.policy)  # a copy of a tiny model: about 1 ms
         self.seconds += time.perf_counter() - started
         if n % self.record_every == 0 or n == self.run.config.run.iterations:
             self.record()

@@ -21,7 +21,7 @@ How the options map to practice (described in our own words):
 - ``grpo_loss(..., kl="k3")`` adds the plain "k3" estimator of the KL to the
   reference to the per-token loss, as DeepSeekMath does and as TRL does with
   ``use_bias_correction_kl=False`` (or a TRL without that option);
-  ``kl="k3_ratio"`` multiplies it by the importance ratio ``pi / pi_old``, which
+  ``kl="k3_ratio"`` multiplies it by the importance ratio ``pi / pi_prev``, which
   is TRL's ``use_bias_correction_kl=True``. TRL 1.16 defaults to
   ``use_bias_correction_kl=True``. TRL adds the KL term only when ``beta > 0``,
   and TRL 1.16 defaults to ``beta=0.0`` (no KL term, no reference model).
@@ -118,7 +118,7 @@ def group_advantages(
 
 
 def kl_penalty(
-    logp: torch.Tensor, anchor_logp: torch.Tensor, kl: str, old_logp: torch.Tensor | None = None
+    logp: torch.Tensor, anchor_logp: torch.Tensor, kl: str, prev_logp: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Per-token KL estimator between the policy and an anchor, on samples.
 
@@ -129,14 +129,14 @@ def kl_penalty(
     its TRL setting): :meth:`~grpo_companion.theory.kl_estimators.KLEstimator.per_token`
     with ``xp = torch``. A ratio-weighted estimator (``"k3_ratio"``, TRL's
     ``use_bias_correction_kl=True``; TRL 1.16 defaults to ``use_bias_correction_kl=True``)
-    is multiplied by the differentiated importance ratio ``pi / pi_old`` and needs
-    ``old_logp``. :func:`~grpo_companion.theory.kl_estimators.kl_estimator_help` lists them.
+    is multiplied by the differentiated importance ratio ``pi / pi_prev`` and needs
+    ``prev_logp``. :func:`~grpo_companion.theory.kl_estimators.kl_estimator_help` lists them.
     """
     _check_choice("kl", kl, tuple(_ESTIMATORS))
     estimator = _ESTIMATORS[kl]
-    if estimator.ratio_weighted and old_logp is None:
-        raise ValueError(f"kl={kl!r} needs old_logp, got None")
-    return estimator.per_token(logp, anchor_logp, old_logp, torch)
+    if estimator.ratio_weighted and prev_logp is None:
+        raise ValueError(f"kl={kl!r} needs prev_logp, got None")
+    return estimator.per_token(logp, anchor_logp, prev_logp, torch)
 
 
 def _clip_bounds(
@@ -157,7 +157,7 @@ def _clip_bounds(
 
 def clipped_tokens(
     logp: torch.Tensor,
-    old_logp: torch.Tensor,
+    prev_logp: torch.Tensor,
     advantages: torch.Tensor,
     *,
     clip_eps_low: float | None = 0.2,
@@ -165,20 +165,20 @@ def clipped_tokens(
 ) -> torch.Tensor:
     """Which tokens have the clipped branch of (GRPO-Clip) in force (Section 2).
 
-    ``(batch, tokens)`` booleans: the ratio ``exp(logp - old_logp)`` is below
+    ``(batch, tokens)`` booleans: the ratio ``exp(logp - prev_logp)`` is below
     ``1 - clip_eps_low`` where the advantage is negative, or above
     ``1 + clip_eps_high`` where it is positive; all False without clipping. The
     same mask :func:`per_token_loss` returns (the trainer logs its mean as
     ``clip_fraction``).
     """
-    if logp.dim() != 2 or old_logp.shape != logp.shape:
-        raise ValueError("logp and old_logp must both have shape (batch, tokens), got "
-                         f"{tuple(logp.shape)} and old_logp {tuple(old_logp.shape)}")
+    if logp.dim() != 2 or prev_logp.shape != logp.shape:
+        raise ValueError("logp and prev_logp must both have shape (batch, tokens), got "
+                         f"{tuple(logp.shape)} and prev_logp {tuple(prev_logp.shape)}")
     if advantages.shape != logp.shape[:1]:
         raise ValueError(f"advantages must have shape (batch,) = {tuple(logp.shape[:1])}, "
                          f"got {tuple(advantages.shape)}")
     bounds = _clip_bounds(clip_eps_low, clip_eps_high)
-    ratio = torch.exp(logp - old_logp)
+    ratio = torch.exp(logp - prev_logp)
     adv = advantages.unsqueeze(1)
     if bounds is None:
         return torch.zeros_like(ratio * adv, dtype=torch.bool)
@@ -208,7 +208,7 @@ def anchor_penalty(
 
     ``Anchor.reference()`` is GRPO's penalty (eq. 6), ``Anchor.mirror()`` Mirror
     GRPO's (eq. 9), ``Anchor(alpha)`` the two-KL mix
-    ``alpha KL(pi||pi_ref) + (1 - alpha) KL(pi||pi_old)``; a number is taken as that
+    ``alpha KL(pi||pi_ref) + (1 - alpha) KL(pi||pi_prev)``; a number is taken as that
     ``alpha``. The pairs are read by :meth:`grpo_companion.theory.Anchor.mix`, the
     one place they are mixed.
 
@@ -218,7 +218,7 @@ def anchor_penalty(
         The anchor, or its reference share ``alpha`` in [0, 1].
     kls : mapping
         For each target of :data:`grpo_companion.theory.variants.ANCHOR_TARGETS` the
-        anchor uses (``"reference"``, ``"previous"``), a function of no argument that
+        anchor uses (``"reference"``, ``"prev"``), a function of no argument that
         computes the KL term to it (a per-token estimate, an exact tabular KL or its
         mean over prompts); a target whose weight is 0 is not computed.
     like : torch.Tensor
@@ -235,7 +235,7 @@ def anchor_penalty(
 
 def per_token_loss(
     logp: torch.Tensor,
-    old_logp: torch.Tensor,
+    prev_logp: torch.Tensor,
     ref_logp: torch.Tensor | None,
     advantages: torch.Tensor,
     *,
@@ -249,21 +249,21 @@ def per_token_loss(
     """Per-token GRPO loss (the negated objective of (GRPO-Clip), Section 2).
 
     ``loss = -min(ratio * A, clip(ratio, 1 - clip_eps_low, 1 + clip_eps_high) * A)
-    + beta * (alpha * k(pi, pi_ref) + (1 - alpha) * k(pi, pi_old))`` with
-    ``ratio = exp(logp - old_logp)`` and ``k`` the estimator named by ``kl``.
+    + beta * (alpha * k(pi, pi_ref) + (1 - alpha) * k(pi, pi_prev))`` with
+    ``ratio = exp(logp - prev_logp)`` and ``k`` the estimator named by ``kl``.
     Because of the ``min``, the clip only acts in the direction the advantage
     pushes: for ``A > 0`` the ratio is capped at ``1 + clip_eps_high``, for
     ``A < 0`` at ``1 - clip_eps_low`` (PPO / TRL; DAPO's "clip-higher" is
     ``clip_eps_high > clip_eps_low``). The KL anchor mixes the reference
     (``alpha = 1``, the paper's GRPO, eq. (6)) and the previous policy
-    ``pi_old`` (``alpha = 0``, Mirror GRPO, eq. (9)); ``0 < alpha < 1`` is the
+    ``pi_prev`` (``alpha = 0``, Mirror GRPO, eq. (9)); ``0 < alpha < 1`` is the
     two-KL objective of eq. (17).
 
     Parameters
     ----------
-    logp, old_logp, ref_logp
+    logp, prev_logp, ref_logp
         Per-token log-probabilities ``(batch, tokens)`` of the sampled tokens
-        under the policy being optimised, the sampling (old) policy and the
+        under the policy being optimised, the sampling (previous) policy and the
         reference. ``ref_logp`` may be ``None`` when ``beta == 0`` or
         ``alpha == 0``.
     advantages
@@ -304,9 +304,9 @@ def per_token_loss(
     _check_choice("kl", kl, tuple(_ESTIMATORS))
     if logp.ndim != 2:
         raise ValueError(f"logp must have shape (batch, tokens), got {tuple(logp.shape)}")
-    if old_logp.shape != logp.shape:
-        raise ValueError(f"old_logp must have shape {tuple(logp.shape)}, got "
-                         f"{tuple(old_logp.shape)}")
+    if prev_logp.shape != logp.shape:
+        raise ValueError(f"prev_logp must have shape {tuple(logp.shape)}, got "
+                         f"{tuple(prev_logp.shape)}")
     if advantages.shape != logp.shape[:1]:
         raise ValueError(f"advantages must have shape {tuple(logp.shape[:1])}, got "
                          f"{tuple(advantages.shape)}")
@@ -315,19 +315,19 @@ def per_token_loss(
         shape = None if ref_logp is None else tuple(ref_logp.shape)
         raise ValueError(f"ref_logp must have shape {tuple(logp.shape)} when beta > 0 and "
                          f"alpha > 0, got {shape}")
-    ratio = torch.exp(logp - old_logp)
+    ratio = torch.exp(logp - prev_logp)
     adv = advantages.unsqueeze(1)
     surrogate = ratio * adv
     if bounds is not None:
         low, high = bounds
         surrogate = torch.minimum(surrogate, torch.clamp(ratio, low, high) * adv)
-    clipped = clipped_tokens(logp.detach(), old_logp, advantages, clip_eps_low=clip_eps_low,
+    clipped = clipped_tokens(logp.detach(), prev_logp, advantages, clip_eps_low=clip_eps_low,
                              clip_eps_high=clip_eps_high)
     loss = -surrogate
     if penalised:
         penalty = anchor_penalty(mix, {
-            "reference": lambda: kl_penalty(logp, ref_logp, kl, old_logp),
-            "previous": lambda: kl_penalty(logp, old_logp, kl, old_logp)}, loss)
+            "reference": lambda: kl_penalty(logp, ref_logp, kl, prev_logp),
+            "prev": lambda: kl_penalty(logp, prev_logp, kl, prev_logp)}, loss)
         loss = loss + weight * penalty
     return loss, clipped
 
@@ -374,7 +374,7 @@ def aggregate(
 
 def grpo_loss(
     logp: torch.Tensor,
-    old_logp: torch.Tensor,
+    prev_logp: torch.Tensor,
     ref_logp: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
@@ -397,17 +397,17 @@ def grpo_loss(
 
     ``kl="exact"`` (tabular policies only) replaces the per-token KL estimate by
     the exact KL anchor of eq. (17), averaged over the batch's prompts:
-    ``tabular = (logp_all, ref_logp_all, old_logp_all)`` are the log-probabilities
+    ``tabular = (logp_all, ref_logp_all, prev_logp_all)`` are the log-probabilities
     ``(n_prompts, n_outputs)`` of every output of those prompts under the policy
-    (differentiable), pi_ref and pi_old, and the loss is the aggregated clipped
-    surrogate plus ``beta * (alpha * KL(pi||pi_ref) + (1 - alpha) * KL(pi||pi_old))``
+    (differentiable), pi_ref and pi_prev, and the loss is the aggregated clipped
+    surrogate plus ``beta * (alpha * KL(pi||pi_ref) + (1 - alpha) * KL(pi||pi_prev))``
     (:func:`anchor_penalty`, :func:`tabular_kl`); ``ref_logp`` is then unused and
     ``beta`` must be a number. ``anchor`` (a :class:`~grpo_companion.theory.Anchor`)
     may replace ``alpha``, as in :func:`per_token_loss`.
     """
     if kl != "exact":
         per_token, _ = per_token_loss(
-            logp, old_logp, ref_logp, advantages, clip_eps_low=clip_eps_low,
+            logp, prev_logp, ref_logp, advantages, clip_eps_low=clip_eps_low,
             clip_eps_high=clip_eps_high, beta=beta, kl=kl, alpha=alpha, anchor=anchor,
         )
         return aggregate(per_token, mask, loss_type=loss_type,
@@ -418,21 +418,21 @@ def grpo_loss(
     _check_real("beta", beta, 0.0, math.inf)
     mix = _anchor_of(alpha, anchor)
     if beta > 0 and (tabular is None or len(tabular) != 3):
-        raise ValueError("tabular must be (logp_all, ref_logp_all, old_logp_all) with "
+        raise ValueError("tabular must be (logp_all, ref_logp_all, prev_logp_all) with "
                          f"kl='exact' and beta > 0, got {tabular!r}")
-    surrogate, _ = per_token_loss(logp, old_logp, None, advantages, clip_eps_low=clip_eps_low,
+    surrogate, _ = per_token_loss(logp, prev_logp, None, advantages, clip_eps_low=clip_eps_low,
                                   clip_eps_high=clip_eps_high)
     loss = aggregate(surrogate, mask, loss_type=loss_type,
                      max_completion_length=max_completion_length)
     if beta > 0:
         assert tabular is not None
-        current, ref_all, old_all = tabular
-        if current.dim() != 2 or ref_all.shape != current.shape or old_all.shape != current.shape:
+        current, ref_all, prev_all = tabular
+        if current.dim() != 2 or ref_all.shape != current.shape or prev_all.shape != current.shape:
             raise ValueError("tabular must hold three (prompts, outputs) log-probability tables "
                              f"of one shape, got {tuple(current.shape)}, {tuple(ref_all.shape)} "
-                             f"and {tuple(old_all.shape)}")
+                             f"and {tuple(prev_all.shape)}")
         penalty = anchor_penalty(mix, {"reference": lambda: tabular_kl(current, ref_all).mean(),
-                                       "previous": lambda: tabular_kl(current, old_all).mean()},
+                                       "prev": lambda: tabular_kl(current, prev_all).mean()},
                                  loss)
         loss = loss + beta * penalty
     return loss
@@ -491,5 +491,5 @@ def exact_objective(
     value = w_plus * p_success - w_minus * p_failure
     penalty = anchor_penalty(_anchor_of(alpha, anchor),
                              {"reference": lambda: tabular_kl(logp, ref_logp),
-                              "previous": lambda: tabular_kl(logp, prev_logp)}, value)
+                              "prev": lambda: tabular_kl(logp, prev_logp)}, value)
     return value - beta * penalty

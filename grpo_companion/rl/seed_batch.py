@@ -302,14 +302,14 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
                             .flatten(0, 1) if needs_ref else None)
             mask_f = mask.to(params["position"].dtype)
             clipped_tokens = torch.zeros_like(mask_f)
-            old = None
+            prev = None
             step_losses = []
             for _ in range(config.grpo.mu):  # lines 9-11: mu Adam steps, every seed at once
                 logp = stack.token_logprobs(params, prompts, completions, group, temp)
-                if old is None:  # the first loss of the iteration: the policy is still pi_old
-                    old = logp.detach()
+                if prev is None:  # the first loss of the iteration: the policy is still pi_old
+                    prev = logp.detach()
                 per_token, clipped = losses.per_token_loss(
-                    logp.flatten(0, 1), old.flatten(0, 1), ref_logp, advantage,
+                    logp.flatten(0, 1), prev.flatten(0, 1), ref_logp, advantage,
                     clip_eps_low=config.grpo.clip_eps_low, clip_eps_high=config.grpo.clip_eps_high,
                     beta=beta, kl=config.grpo.kl, alpha=config.grpo.alpha)
                 per_token = per_token.view(logp.shape)

@@ -121,22 +121,22 @@ def training_loop(run: RunState, recorder: Recorder) -> None:
         # line 5, pi_old <- pi. A frozen copy only where pi_old is read after the policy has
         # moved (the metrics' kl_prev, the exact KL): otherwise the policy itself samples,
         # before its first step, and the first loss gives pi_old's log-probabilities
-        keep_old = evaluated or config.exact or config.grpo.kl == "exact"
-        old = frozen_copy(run.policy) if keep_old else run.policy
+        keep_prev = evaluated or config.exact or config.grpo.kl == "exact"
+        prev = frozen_copy(run.policy) if keep_prev else run.policy
         if config.exact:
-            stats = exact_iteration(run, old)
+            stats = exact_iteration(run, prev)
             clip_fraction = np.full(len(run.tracked), math.nan)
         else:
-            stats, clip_fraction = grpo_iteration(run, old)
-        metrics = _evaluate(run, old, clip_fraction) if evaluated else None
+            stats, clip_fraction = grpo_iteration(run, prev)
+        metrics = _evaluate(run, prev, clip_fraction) if evaluated else None
         if config.grpo.ref_reset_every and n % config.grpo.ref_reset_every == 0:
             run.ref_policy = mixed_reference(run.ref_policy, run.policy,
                                              config.grpo.ref_mixup_alpha)
         recorder.record(run, IterationRecord(n, {"iteration": n, **stats}, metrics))
 
 
-def grpo_iteration(run: RunState, old: torch.nn.Module) -> tuple[dict[str, float], np.ndarray]:
-    """One iteration of Algorithm 1 (lines 4, 6-11) on ``run.policy``; ``old`` is pi_old (line 5).
+def grpo_iteration(run: RunState, prev: torch.nn.Module) -> tuple[dict[str, float], np.ndarray]:
+    """One iteration of Algorithm 1 (lines 4, 6-11) on ``run.policy``; ``prev`` is pi_old (line 5).
 
     Returns the iteration's ``loss`` (mean over the ``mu`` steps), ``mean_reward`` and
     ``clip_fraction``, and the clipped share of each tracked prompt's tokens.
@@ -147,7 +147,7 @@ def grpo_iteration(run: RunState, old: torch.nn.Module) -> tuple[dict[str, float
     group = grpo.group_size
     with torch.no_grad():
         chosen = task.choose_prompts(run.generator)  # line 4: a batch of prompts
-        groups = task.sample(old, chosen, run.generator)  # line 6: G outputs of pi_old each
+        groups = task.sample(prev, chosen, run.generator)  # line 6: G outputs of pi_old each
         rewards = task.score(groups).to(run.dtype)  # line 7: the verifier's 0/1 rewards
         run.chosen, run.rewards = chosen, rewards.view(len(chosen), group)  # for callbacks
         try:  # line 8: group advantages (the calibration's table for groups of G)
@@ -155,7 +155,7 @@ def grpo_iteration(run: RunState, old: torch.nn.Module) -> tuple[dict[str, float
                 run.rewards, dataclasses.replace(run.calibration, group_size=None)).view(-1)
         except ValueError as err:  # the table refuses gains that are not finite
             raise run.weights_fault(str(err)) from None
-        fixed = _fixed_log_probs(run, old, groups)
+        fixed = _fixed_log_probs(run, prev, groups)
     beta: float | torch.Tensor = grpo.beta if run.prompt_beta is None else (
         run.prompt_beta[chosen].repeat_interleave(group))
     loss_of = functools.partial(  # line 10's loss, all but the policy's log-probabilities
@@ -165,20 +165,20 @@ def grpo_iteration(run: RunState, old: torch.nn.Module) -> tuple[dict[str, float
 
     def tabular() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """kl="exact": pi (differentiable), pi_ref and pi_old on the batch's prompts."""
-        if fixed.tabular_ref is None or fixed.tabular_old is None:
+        if fixed.tabular_ref is None or fixed.tabular_prev is None:
             return None
         return (run.policy.log_probs(chosen, temperature=grpo.temperature),
-                fixed.tabular_ref, fixed.tabular_old)
+                fixed.tabular_ref, fixed.tabular_prev)
 
     mask_f = groups.mask.to(next(run.policy.parameters()).dtype)
     clipped_tokens = torch.zeros_like(mask_f)
     step_losses: list[float] = []
     for _ in range(grpo.mu):  # lines 9-11: mu optimiser steps (line 10) on the same groups
         logp = task.log_probs(run.policy, groups)
-        if fixed.old is None:  # the first loss: the policy is still pi_old
-            fixed.old = logp.detach()
-        loss = loss_of(logp, fixed.old, tabular=tabular())
-        clipped = losses.clipped_tokens(logp.detach(), fixed.old, advantages,
+        if fixed.prev is None:  # the first loss: the policy is still pi_old
+            fixed.prev = logp.detach()
+        loss = loss_of(logp, fixed.prev, tabular=tabular())
+        clipped = losses.clipped_tokens(logp.detach(), fixed.prev, advantages,
                                         clip_eps_low=grpo.clip_eps_low,
                                         clip_eps_high=grpo.clip_eps_high)
         if run.optimizer is not None:  # Adam or SGD: one step
@@ -187,7 +187,7 @@ def grpo_iteration(run: RunState, old: torch.nn.Module) -> tuple[dict[str, float
             run.optimizer.step()
         else:  # L-BFGS: a full solve of the same loss, by a fresh optimiser
             _lbfgs_solve(run, len(chosen), lambda: loss_of(
-                task.log_probs(run.policy, groups), fixed.old, tabular=tabular()))
+                task.log_probs(run.policy, groups), fixed.prev, tabular=tabular()))
         step_losses.append(float(loss.detach()))
         clipped_tokens += clipped.to(mask_f.dtype) * mask_f
     per_prompt = clipped_tokens.view(len(chosen), -1).sum(1) / (
@@ -201,20 +201,20 @@ def grpo_iteration(run: RunState, old: torch.nn.Module) -> tuple[dict[str, float
 class FixedLogProbs:
     """Log-probabilities that stay fixed during the ``mu`` steps of an iteration.
 
-    ``old``: pi_old's per token, filled by the first loss (the policy is still pi_old
+    ``prev``: pi_old's per token, filled by the first loss (the policy is still pi_old
     then, so no separate forward pass of pi_old is needed); ``ref``: pi_ref's per token
     where the loss has a per-token KL to pi_ref, else None; ``tabular_ref``,
-    ``tabular_old``: with ``kl="exact"`` and ``beta > 0``, the tabular pi_ref and pi_old
+    ``tabular_prev``: with ``kl="exact"`` and ``beta > 0``, the tabular pi_ref and pi_old
     of the batch's prompts.
     """
 
-    old: torch.Tensor | None
+    prev: torch.Tensor | None
     ref: torch.Tensor | None
     tabular_ref: torch.Tensor | None = None
-    tabular_old: torch.Tensor | None = None
+    tabular_prev: torch.Tensor | None = None
 
 
-def _fixed_log_probs(run: RunState, old: torch.nn.Module, groups: Groups) -> FixedLogProbs:
+def _fixed_log_probs(run: RunState, prev: torch.nn.Module, groups: Groups) -> FixedLogProbs:
     """pi_ref's log-probabilities where the loss has a KL to pi_ref (beta, alpha > 0)."""
     config, temp = run.config, run.config.grpo.temperature
     penalised = config.grpo.beta > 0
@@ -223,7 +223,7 @@ def _fixed_log_probs(run: RunState, old: torch.nn.Module, groups: Groups) -> Fix
     if config.grpo.kl != "exact" or not penalised:
         return FixedLogProbs(None, ref_logp)
     return FixedLogProbs(None, ref_logp, run.ref_policy.log_probs(groups.chosen, temperature=temp),
-                         old.log_probs(groups.chosen, temperature=temp))
+                         prev.log_probs(groups.chosen, temperature=temp))
 
 
 def _lbfgs_solve(run: RunState, n_prompts: int, loss_now: Callable[[], torch.Tensor]) -> None:
@@ -244,11 +244,11 @@ def _lbfgs_solve(run: RunState, n_prompts: int, loss_now: Callable[[], torch.Ten
     lbfgs.step(closure)
 
 
-def _evaluate(run: RunState, old: torch.nn.Module,
+def _evaluate(run: RunState, prev: torch.nn.Module,
               clip_fraction: np.ndarray) -> dict[str, np.ndarray]:
     """The per-prompt metrics of the policy after an iteration (see the module docstring)."""
     with torch.no_grad():
-        values = run.grpo_task.evaluate(run.policy, run.ref_policy, old, run.iteration)
+        values = run.grpo_task.evaluate(run.policy, run.ref_policy, prev, run.iteration)
     metrics = {name: value.double().cpu().numpy() for name, value in values.items()}
     return {**metrics, "clip_fraction": clip_fraction}
 

@@ -95,8 +95,8 @@ def map_derivative(
     if sp.simplify(on_unit_interval(derivative - factored, *interior)) != 0:  # pragma: no cover
         raise AssertionError("chain rule failed")
     # at a fixed point p_n = p = p*, so dp_n/dp = p*(1-p*) d logit p_n/dp there
-    previous_share = {"reference": 0, "mirror": 1, "two_kl": 1 - alpha}[anchor]
-    at_fixed = previous_share + p_star * (1 - p_star) * omega_prime.subs(p, p_star) / beta
+    prev_share = {"reference": 0, "mirror": 1, "two_kl": 1 - alpha}[anchor]
+    at_fixed = prev_share + p_star * (1 - p_star) * omega_prime.subs(p, p_star) / beta
     derived = p_star * (1 - p_star) * logit_slope.subs(p, p_star)
     if sp.simplify(derived - at_fixed) != 0:  # pragma: no cover
         raise AssertionError("fixed-point slope mismatch")

@@ -221,7 +221,7 @@ def _pos_map(calibration: Calibration, anchor: str) -> PoSMap:
     w = calibration_weights(calibration)
     sol = optimal_policy(1, 1)
     # the targets' success probabilities: pi_ref's and pi_{n-1}'s
-    target_pos = {"reference": p_ref, "previous": p}
+    target_pos = {"reference": p_ref, "prev": p}
     anchor_logit = mix_targets(pairs, {t: logit(x) for t, x in target_pos.items()})
     success = geometric_mix(pairs, target_pos)
     anchor_prob = success / (success + geometric_mix(pairs, {t: 1 - x for t, x in

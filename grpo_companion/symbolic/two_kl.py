@@ -29,8 +29,8 @@ p_star = sp.Symbol("p_star", real=True)
 TWO_KL = anchor_pairs("two_kl")
 
 
-def _two(reference: sp.Expr, previous: sp.Expr) -> dict[str, sp.Expr]:
-    return {"reference": reference, "previous": previous}
+def _two(reference: sp.Expr, prev: sp.Expr) -> dict[str, sp.Expr]:
+    return {"reference": reference, "prev": prev}
 
 
 def renyi_divergence(

@@ -98,9 +98,9 @@ def _affine_parts(
             return np.where(weight > 0, weight * logit_l, 0.0)
 
     pairs = share_pairs(alpha)
-    fixed = mix_targets([(w, t) for w, t in pairs if t != "previous"],
+    fixed = mix_targets([(w, t) for w, t in pairs if t != "prev"],
                         {"reference": logit_p_ref}, times=times)
-    return fixed, _previous_slope(alpha)
+    return fixed, _prev_slope(alpha)
 
 
 def _prev_part(keep: np.ndarray, logit_p: np.ndarray) -> np.ndarray | float:
@@ -114,12 +114,12 @@ def _anchor_logit(lr: np.ndarray, lp: np.ndarray, a: np.ndarray) -> np.ndarray |
     The targets' logits mixed by the anchor's one rule
     (:func:`~grpo_companion.theory.variants.mix_targets`) with the shares of ``alpha``.
     """
-    return mix_targets(share_pairs(a), {"reference": lr, "previous": lp}, times=_weighted)
+    return mix_targets(share_pairs(a), {"reference": lr, "prev": lp}, times=_weighted)
 
 
-def _previous_slope(a: np.ndarray) -> np.ndarray:
+def _prev_slope(a: np.ndarray) -> np.ndarray:
     """``d(anchor term) / dL_{n-1} = 1 - alpha``: the mix of each target's slope."""
-    return mix_targets(share_pairs(a), {"reference": 0.0, "previous": 1.0})
+    return mix_targets(share_pairs(a), {"reference": 0.0, "prev": 1.0})
 
 
 def _prepare(
@@ -331,7 +331,7 @@ def pos_map_logit_derivative(
 
 def _map_logit_slope(lp: np.ndarray, b: np.ndarray, a: np.ndarray,
                      cal: Calibration) -> np.ndarray:
-    return (_previous_slope(a) + cal.omega_prime_unchecked(lp) / b)[()]
+    return (_prev_slope(a) + cal.omega_prime_unchecked(lp) / b)[()]
 
 
 def pos_map_derivative(
@@ -357,7 +357,7 @@ def pos_map_derivative(
     nxt = _map_logit(lp, lr, b, a, cal)
     omega_prime = cal.omega_prime_unchecked(lp)
     with np.errstate(over="ignore"):
-        slope = _previous_slope(a) + omega_prime / b
+        slope = _prev_slope(a) + omega_prime / b
     # h (1 - h) / (p (1 - p)), formed in log space
     log_ratio = _log_bernoulli_variance(nxt) - _log_bernoulli_variance(lp)
     with np.errstate(over="ignore", invalid="ignore"):

@@ -111,8 +111,8 @@ class KLEstimator:
         On policy (``pi_old = pi``) its mean ``E_{o ~ pi}[k(o)]`` is ``KL(pi || anchor)``
         exactly; otherwise it equals the KL only to second order in ``d``.
     stable
-        ``stable(logp, anchor_logp, old_logp, xp)``: the ratio-weighted value formed
-        without overflow, the same number as ``exp(logp - old_logp) value(d)``; ``None``:
+        ``stable(logp, anchor_logp, prev_logp, xp)``: the ratio-weighted value formed
+        without overflow, the same number as ``exp(logp - prev_logp) value(d)``; ``None``:
         that product. :meth:`~grpo_companion.theory.kl_estimators.KLEstimator.per_token`
         uses it.
     """
@@ -127,35 +127,35 @@ class KLEstimator:
     unbiased: bool = True
     stable: Callable[[Any, Any, Any, ModuleType], Any] | None = None
 
-    def per_token(self, logp: Any, anchor_logp: Any, old_logp: Any, xp: ModuleType) -> Any:
+    def per_token(self, logp: Any, anchor_logp: Any, prev_logp: Any, xp: ModuleType) -> Any:
         """The per-sample value from the log-probabilities, for ``xp`` numpy or torch.
 
-        ``value(anchor_logp - logp)``, times ``exp(logp - old_logp)`` when
-        ratio-weighted (by ``stable`` where given); ``old_logp`` is only read then.
+        ``value(anchor_logp - logp)``, times ``exp(logp - prev_logp)`` when
+        ratio-weighted (by ``stable`` where given); ``prev_logp`` is only read then.
         :func:`grpo_companion.rl.losses.kl_penalty` is this with ``xp = torch``.
         """
         if not self.ratio_weighted:
             return self.value(anchor_logp - logp, xp)
         if self.stable is not None:
-            return self.stable(logp, anchor_logp, old_logp, xp)
-        return xp.exp(logp - old_logp) * self.value(anchor_logp - logp, xp)
+            return self.stable(logp, anchor_logp, prev_logp, xp)
+        return xp.exp(logp - prev_logp) * self.value(anchor_logp - logp, xp)
 
 
-def _k3_ratio_stable(logp: Any, anchor_logp: Any, old_logp: Any, xp: ModuleType) -> Any:
+def _k3_ratio_stable(logp: Any, anchor_logp: Any, prev_logp: Any, xp: ModuleType) -> Any:
     """``(pi / pi_old) k3`` without ``inf * 0``.
 
-    ``exp(logp - old) (e^d - d - 1)``: where the policy has fallen far below the anchor
+    ``exp(logp - prev) (e^d - d - 1)``: where the policy has fallen far below the anchor
     (``d`` large) ``e^d`` overflows while the ratio underflows (``inf * 0 = NaN`` in float32
-    from ``d ~ 88``), so there it is formed as ``exp(anchor - old) - ratio (d + 1)``, the same
+    from ``d ~ 88``), so there it is formed as ``exp(anchor - prev) - ratio (d + 1)``, the same
     number without the overflow; near ``d = 0`` that form would cancel, and the product is
     kept. Each branch sees only its own range of ``d``, so no inf reaches a gradient.
     """
     diff = anchor_logp - logp
-    ratio = xp.exp(logp - old_logp)
+    ratio = xp.exp(logp - prev_logp)
     near = xp.clip(diff, max=1.0)
     far = xp.clip(diff, min=1.0)
     small = ratio * (xp.expm1(near) - near)
-    large = xp.exp(anchor_logp - old_logp) - ratio * (far + 1.0)
+    large = xp.exp(anchor_logp - prev_logp) - ratio * (far + 1.0)
     return xp.where(diff <= 1.0, small, large)
 
 
@@ -266,11 +266,11 @@ def _check_estimator_entry(name: str, entry: KLEstimator) -> None:
                          f"{float(np.max(np.abs(score - want))):.3g}")
     if entry.stable is not None:
         logp = np.log(np.array([0.1, 0.2, 0.3, 0.4]))  # d below and above 1:
-        anchor, old = logp + np.array([-1.0, 0.5, 3.0, 30.0]), np.log(np.full(4, 0.25))
-        plain = np.exp(logp - old) * entry.value(anchor - logp, np)
-        if not np.allclose(entry.stable(logp, anchor, old, np), plain, rtol=1e-12, atol=0.0):
+        anchor, prev = logp + np.array([-1.0, 0.5, 3.0, 30.0]), np.log(np.full(4, 0.25))
+        plain = np.exp(logp - prev) * entry.value(anchor - logp, np)
+        if not np.allclose(entry.stable(logp, anchor, prev, np), plain, rtol=1e-12, atol=0.0):
             raise ValueError(f"stable of KL estimator {name!r} must equal "
-                             "exp(logp - old_logp) value(d)")
+                             "exp(logp - prev_logp) value(d)")
     # on policy the ratio is 1: E_pi[value(d)] against KL(pi || anchor) on a small table
     pi, ref = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
     d_tab = np.log(ref) - np.log(pi)
@@ -373,13 +373,13 @@ def expected_kl_gradient(
     ref_policy: ArrayLike,
     estimator: str,
     *,
-    old_policy: ArrayLike | None = None,
+    prev_policy: ArrayLike | None = None,
 ) -> np.ndarray:
     """Expected gradient ``grad_theta E_{o ~ pi_old}[k(o)]`` for a softmax policy.
 
     Parameters
     ----------
-    policy, ref_policy, old_policy : array_like
+    policy, ref_policy, prev_policy : array_like
         Probability vectors over outcomes (last axis): the policy ``pi`` being
         differentiated (logits ``theta``), the KL anchor, and the sampling
         policy (default: ``pi`` itself, the on-policy first step). ``policy``
@@ -396,15 +396,15 @@ def expected_kl_gradient(
     _check_estimator(estimator)
     pi = check_probability_vector("policy", policy)
     ref = check_probability_vector("ref_policy", ref_policy)
-    old = pi if old_policy is None else check_probability_vector("old_policy", old_policy)
+    prev = pi if prev_policy is None else check_probability_vector("prev_policy", prev_policy)
     for name, x in (("policy", pi), ("ref_policy", ref)):
         if np.any(x <= 0):
             raise ValueError(f"{name} must be positive (the estimators take logs), "
                              f"got {float(x[x <= 0].flat[0])!r}")
-    pi, ref, old = broadcast(policy=pi, ref_policy=ref, old_policy=old)
+    pi, ref, prev = broadcast(policy=pi, ref_policy=ref, prev_policy=prev)
     est = _EXACT if estimator == "exact" else KL_ESTIMATORS[estimator]
     d = np.log(ref) - np.log(pi)
-    weighted = (pi if est.ratio_weighted else old) * est.score(d, np)
+    weighted = (pi if est.ratio_weighted else prev) * est.score(d, np)
     return weighted - pi * np.sum(weighted, axis=-1, keepdims=True)
 
 

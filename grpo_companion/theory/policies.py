@@ -104,7 +104,7 @@ def _log_geometric_anchor(log_ref: np.ndarray, log_prev: np.ndarray,
     The targets' log-probabilities are mixed by the anchor's one rule
     (:func:`~grpo_companion.theory.variants.mix_targets`), with ``0 * log 0 = 0``.
     """
-    log_anchor = mix_targets(share_pairs(a), {"reference": log_ref, "previous": log_prev},
+    log_anchor = mix_targets(share_pairs(a), {"reference": log_ref, "prev": log_prev},
                              times=_scaled_log)
     with np.errstate(divide="ignore"):
         norm = special.logsumexp(log_anchor, axis=-1, keepdims=True)
@@ -256,7 +256,7 @@ def renyi_correction(
         log_q = np.where(cls, _log(prev), -np.inf)
         log_p = log_p - special.logsumexp(log_p, axis=-1, keepdims=True)
         log_q = log_q - special.logsumexp(log_q, axis=-1, keepdims=True)
-        mixed = mix_targets(share_pairs(a), {"reference": log_p, "previous": log_q},
+        mixed = mix_targets(share_pairs(a), {"reference": log_p, "prev": log_q},
                             times=_scaled_log)
         terms = np.where(cls, mixed, -np.inf)
         return special.logsumexp(terms, axis=-1)

@@ -45,22 +45,22 @@ __all__ = [
 ANCHOR_KINDS = ("reference", "mirror", "two_kl")
 
 #: The policies a KL anchor can pull towards, in the order every mix adds them up:
-#: ``"reference"`` is ``pi_ref`` (GRPO, eq. 6), ``"previous"`` is ``pi_{n-1}`` (Mirror
+#: ``"reference"`` is ``pi_ref`` (GRPO, eq. 6), ``"prev"`` is ``pi_{n-1}`` (Mirror
 #: GRPO, eq. 9). This tuple is the one list of targets: :class:`Anchor` validates
 #: against it and :func:`~grpo_companion.theory.variants.mix_targets` sums in its
 #: order. A new target is a new name here; each consumer then supplies that policy's
 #: log-probabilities (or KL to it) under the name.
-ANCHOR_TARGETS: tuple[str, ...] = ("reference", "previous")
+ANCHOR_TARGETS: tuple[str, ...] = ("reference", "prev")
 
 
 def share_pairs(alpha: Any) -> tuple[tuple[Any, str], tuple[Any, str]]:
     """The (weight, target) pairs of a reference share ``alpha`` (eq. 17).
 
-    ``((alpha, "reference"), (1 - alpha, "previous"))``, for a number, a numpy
+    ``((alpha, "reference"), (1 - alpha, "prev"))``, for a number, a numpy
     array (a grid of shares) or a SymPy expression alike; not checked (the
     callers check ``alpha``), and weights 0 are kept.
     """
-    return ((alpha, "reference"), (1 - alpha, "previous"))
+    return ((alpha, "reference"), (1 - alpha, "prev"))
 
 
 def mix_targets(
@@ -123,8 +123,8 @@ class Anchor:
 
     An anchor is data, a tuple of (weight, target) pairs with targets from
     :data:`~grpo_companion.theory.variants.ANCHOR_TARGETS`: ``((1.0, "reference"),)``
-    is GRPO's penalty (eq. 6), ``((1.0, "previous"),)`` Mirror GRPO's (eq. 9), and
-    ``((alpha, "reference"), (1 - alpha, "previous"))`` the two-KL penalty (eq. 17).
+    is GRPO's penalty (eq. 6), ``((1.0, "prev"),)`` Mirror GRPO's (eq. 9), and
+    ``((alpha, "reference"), (1 - alpha, "prev"))`` the two-KL penalty (eq. 17).
     The pairs are kept in the order of the targets, without zero
     weights, so equal anchors compare equal however they were written.
 
@@ -159,7 +159,7 @@ class Anchor:
     @classmethod
     def mirror(cls) -> Anchor:
         """KL to the previous policy only (Mirror GRPO, eq. 9)."""
-        return cls(((1.0, "previous"),))
+        return cls(((1.0, "prev"),))
 
     @classmethod
     def two_kl(cls, alpha: float) -> Anchor:
@@ -187,7 +187,7 @@ class Anchor:
         """
         if self.pairs == ((1.0, "reference"),):
             return "reference"
-        if self.pairs == ((1.0, "previous"),):
+        if self.pairs == ((1.0, "prev"),):
             return "mirror"
         return "two_kl"
 
@@ -196,7 +196,7 @@ class Anchor:
 
         :func:`~grpo_companion.theory.variants.mix_targets` with the same options.
 
-        For example ``anchor.mix({"reference": log_ref, "previous": log_prev})`` is the
+        For example ``anchor.mix({"reference": log_ref, "prev": log_prev})`` is the
         unnormalised log of Lemma 2's geometric anchor.
         """
         return mix_targets(self.pairs, terms, **options)

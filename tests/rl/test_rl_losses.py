@@ -157,7 +157,7 @@ def _expected_grad(kl):
     logp = torch.log_softmax(theta, 0)
     weights = logp.exp().detach()  # the sampling distribution is not differentiated
     per_outcome = losses.kl_penalty(logp.unsqueeze(1), ref.unsqueeze(1), kl,
-                                    old_logp=logp.detach().unsqueeze(1))[:, 0]
+                                    prev_logp=logp.detach().unsqueeze(1))[:, 0]
     (grad,) = torch.autograd.grad((weights * per_outcome).sum(), theta)
     return theta, ref, grad, (weights * per_outcome).sum()
 
@@ -425,7 +425,7 @@ def test_anchor_penalty_mixes_the_two_kl_terms_written_out(alpha):
     to_ref, to_old = _np_kl(cur.numpy(), ref.numpy()), _np_kl(cur.numpy(), old.numpy())
     got = losses.anchor_penalty(
         alpha, {"reference": (lambda: losses.tabular_kl(cur, ref)) if alpha > 0 else _unused,
-                "previous": (lambda: losses.tabular_kl(cur, old)) if alpha < 1 else _unused},
+                "prev": (lambda: losses.tabular_kl(cur, old)) if alpha < 1 else _unused},
         torch.zeros(3, dtype=D))
     np.testing.assert_allclose(got.numpy(), alpha * to_ref + (1 - alpha) * to_old, rtol=1e-12)
     assert got.dtype == D and got.shape == (3,)
@@ -434,7 +434,7 @@ def test_anchor_penalty_mixes_the_two_kl_terms_written_out(alpha):
 def test_anchor_penalty_takes_shape_and_dtype_from_like():
     cur, ref, _ = _anchor_terms()
     got = losses.anchor_penalty(1.0, {"reference": lambda: losses.tabular_kl(cur, ref).mean(),
-                                      "previous": _unused}, torch.zeros(2, 4, dtype=D))
+                                      "prev": _unused}, torch.zeros(2, 4, dtype=D))
     expected = _np_kl(cur.numpy(), ref.numpy()).mean()
     np.testing.assert_allclose(got.numpy(), np.full((2, 4), expected), rtol=1e-12)
 
@@ -444,19 +444,19 @@ def test_anchor_penalty_rejects_alpha_outside_unit_interval(alpha):
     cur, ref, old = _anchor_terms()
     with pytest.raises(ValueError, match="alpha"):
         losses.anchor_penalty(alpha, {"reference": lambda: losses.tabular_kl(cur, ref),
-                                      "previous": lambda: losses.tabular_kl(cur, old)},
+                                      "prev": lambda: losses.tabular_kl(cur, old)},
                               torch.zeros(3, dtype=D))
 
 
 @pytest.mark.parametrize("anchor", [theory.Anchor.reference(), theory.Anchor.mirror(),
                                     theory.Anchor.two_kl(0.3),
-                                    theory.Anchor(((0.25, "previous"), (0.75, "reference")))],
+                                    theory.Anchor(((0.25, "prev"), (0.75, "reference")))],
                          ids=lambda a: a.kind)
 def test_an_anchor_gives_the_loss_of_its_share(anchor):
     """Every loss takes an Anchor in place of ``alpha`` and gives the same number, bit for bit."""
     cur, ref, old = _anchor_terms()
     kls = {"reference": lambda: losses.tabular_kl(cur, ref),
-           "previous": lambda: losses.tabular_kl(cur, old)}
+           "prev": lambda: losses.tabular_kl(cur, old)}
     like = torch.zeros(3, dtype=D)
     assert torch.equal(losses.anchor_penalty(anchor, kls, like),
                        losses.anchor_penalty(anchor.alpha, kls, like))
@@ -539,10 +539,10 @@ def test_clipped_tokens_rejects_bad_values(kwargs, name):
     assert "got" in str(info.value)
 
 
-@pytest.mark.parametrize("which", ["advantages", "old_logp"])
+@pytest.mark.parametrize("which", ["advantages", "prev_logp"])
 def test_clipped_tokens_rejects_bad_shapes(which):
     logp, old, _, adv, _ = _batch()
-    args = {"advantages": (logp, old, adv[:, None]), "old_logp": (logp, old[:, :1], adv)}[which]
+    args = {"advantages": (logp, old, adv[:, None]), "prev_logp": (logp, old[:, :1], adv)}[which]
     with pytest.raises(ValueError, match=which):
         losses.clipped_tokens(*args)
 
@@ -574,7 +574,7 @@ def test_every_registered_estimator_is_the_theory_value_in_the_loss(kl):
         value = estimator.value(anchor - lp, np)
         return np.exp(lp - lo) * value if estimator.ratio_weighted else value
 
-    got = losses.kl_penalty(logp, ref, kl, old_logp=old)
+    got = losses.kl_penalty(logp, ref, kl, prev_logp=old)
     np.testing.assert_allclose(got.numpy(), theory_value(lr), rtol=1e-12, atol=1e-15)
     # grpo_loss accepts it, and its value is the surrogate plus the theory's penalty
     beta, alpha = 0.2, 0.6

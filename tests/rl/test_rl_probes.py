@@ -115,7 +115,7 @@ def test_resume_refuses_changed_kl_estimator_code(tmp_path, capsys, monkeypatch)
     status, _, err = _cli(["--out", out, *SMALL], capsys)
     assert status == 0, err
 
-    def kl_penalty(logp, anchor_logp, kl, old_logp=None):  # another estimator's code
+    def kl_penalty(logp, anchor_logp, kl, prev_logp=None):  # another estimator's code
         return (anchor_logp - logp).square()
 
     monkeypatch.setattr(losses, "kl_penalty", kl_penalty)

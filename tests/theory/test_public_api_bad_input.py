@@ -165,7 +165,6 @@ KINDS: dict[str, Kind] = {
                            "str": "1", "negative": (-1.0,)}),
     # policies and masks (three outcomes, the first a success)
     "policy": _vector(), "prev_policy": _vector([0.3, 0.3, 0.4]),
-    "old_policy": _vector([0.3, 0.3, 0.4]),  # kl_estimators.expected_kl_gradient only
     "ref_policy": _vector([0.25, 0.25, 0.5]), "pi_ref": _vector([0.25, 0.25, 0.5]),
     "pi_prev": _vector(), "anchor": _vector([0.25, 0.25, 0.5]), "q": _vector([0.4, 0.3, 0.3]),
     "pi_0": _vector(None, optional=True),
@@ -216,7 +215,7 @@ OVERRIDES: dict[str, dict[str, Kind]] = {
     "scan_fixed_points": {"p_ref": _elem(0.2, PROB_OPEN)},
     "regime_map": {"p0": Kind(None, {k: v for k, v in _numeric(PROB).items() if k != "None"},
                               elementwise=True, optional=True)},
-    "expected_kl_gradient": {"old_policy": _vector(None, optional=True)},
+    "expected_kl_gradient": {"prev_policy": _vector(None, optional=True)},
     "kl_divergence": {"p": _vector([0.2, 0.3, 0.5])},
     "renyi_divergence": {"p": _vector([0.2, 0.3, 0.5])},
     "reverse_kl_policy": {"advantage": Kind([1.0, -0.5, -0.5], {"nan": [NAN, 0.0, 0.0],
@@ -233,10 +232,10 @@ OVERRIDES: dict[str, dict[str, Kind]] = {
     "orbit_tail": {"n_steps": _count(4, 1)},
     "policy_iterate": {"n_steps": _count(2, 0)},
     "variants": {},
-    "Anchor": {"pairs": Kind(((0.5, "reference"), (0.5, "previous")),
+    "Anchor": {"pairs": Kind(((0.5, "reference"), (0.5, "prev")),
                              {**_numeric(ALPHA), "target": ((1.0, "elsewhere"),),
                               "sum": ((0.4, "reference"),), "negative_weight":
-                              ((-0.5, "reference"), (1.5, "previous")), "empty": ()})},
+                              ((-0.5, "reference"), (1.5, "prev")), "empty": ()})},
     "group_gains": {"eps": _one(1e-5, {"negative": -1.0, "inf": INF, "subnormal": 1e-310})},
     "Calibration": {"group_size": Kind(None, {k: v for k, v in _count(4, 2, sizes_memory=True)
                                               .bad.items() if k != "None"}, optional=True),

@@ -28,12 +28,12 @@ def _autograd_expected_gradient(pi, ref, old, estimator):
     theta = torch.tensor(np.log(pi), dtype=torch.float64, requires_grad=True)
     logp = torch.log_softmax(theta, dim=-1)
     ref_logp = torch.tensor(np.log(ref), dtype=torch.float64)
-    old_logp = torch.tensor(np.log(old), dtype=torch.float64)
+    prev_logp = torch.tensor(np.log(old), dtype=torch.float64)
     if estimator == "exact":
         value = losses.tabular_kl(logp, ref_logp)
     else:
-        per_sample = losses.kl_penalty(logp, ref_logp, estimator, old_logp=old_logp)
-        value = (old_logp.exp() * per_sample).sum()
+        per_sample = losses.kl_penalty(logp, ref_logp, estimator, prev_logp=prev_logp)
+        value = (prev_logp.exp() * per_sample).sum()
     (grad,) = torch.autograd.grad(value, theta)
     return grad.numpy()
 
@@ -45,7 +45,7 @@ def test_expected_gradient_matches_autograd(seed, estimator, on_policy):
     pi, ref, old = _random_policies(seed)
     if on_policy:
         old = pi
-    expected = kle.expected_kl_gradient(pi, ref, estimator, old_policy=old)
+    expected = kle.expected_kl_gradient(pi, ref, estimator, prev_policy=old)
     auto = _autograd_expected_gradient(pi, ref, old, estimator)
     np.testing.assert_allclose(expected, auto, rtol=1e-10, atol=1e-13)
     assert abs(expected.sum()) < 1e-12
@@ -62,7 +62,7 @@ def test_on_policy_gradients_follow_the_named_divergence(seed):
         np.testing.assert_allclose(grads[estimator], want, atol=1e-14)
     # Off policy, k1 pulls pi towards pi_old: E_old[grad log pi] = pi_old - pi.
     _, _, old = _random_policies(seed + 10)
-    np.testing.assert_allclose(kle.expected_kl_gradient(pi, ref, "k1", old_policy=old),
+    np.testing.assert_allclose(kle.expected_kl_gradient(pi, ref, "k1", prev_policy=old),
                                old - pi, atol=1e-14)
 
 
@@ -176,7 +176,7 @@ def test_drift_matches_autograd_of_the_sampled_objective():
                 penalty = losses.tabular_kl(logp, ref)
             else:
                 penalty = (old.exp() * losses.kl_penalty(logp, ref, estimator,
-                                                          old_logp=old)).sum()
+                                                          prev_logp=old)).sum()
             (grad,) = torch.autograd.grad(surrogate - beta * penalty, L)
             drift = kle.logit_drift(p, p_ref, beta, estimator, calibration=cal)
             assert abs(float(grad) - float(drift)) < 1e-12, (p, estimator)
@@ -230,7 +230,7 @@ def _largest_gap(estimator):
     gaps = []
     for seed in range(3):
         pi, ref, old = _random_policies(seed)
-        gaps.append(np.max(np.abs(kle.expected_kl_gradient(pi, ref, estimator, old_policy=old)
+        gaps.append(np.max(np.abs(kle.expected_kl_gradient(pi, ref, estimator, prev_policy=old)
                                   - _autograd_expected_gradient(pi, ref, old, estimator))))
     return max(gaps)
 

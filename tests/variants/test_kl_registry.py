@@ -55,7 +55,7 @@ def _check_against_numpy(name, seed):
     la[0, :3] = lp[0, :3] + np.array([3.0, 20.0, 90.0])  # d well past 1: k3_ratio's far branch
     logp = torch.tensor(lp, dtype=D, requires_grad=True)
     got = losses.kl_penalty(logp, torch.tensor(la, dtype=D), name,
-                            old_logp=torch.tensor(lo, dtype=D))
+                            prev_logp=torch.tensor(lo, dtype=D))
     np.testing.assert_allclose(got.detach().numpy(), _numpy_value(est, lp, la, lo),
                                rtol=1e-12, atol=1e-14, err_msg=f"{name}: value")
     (grad,) = torch.autograd.grad(got.sum(), logp)
@@ -130,7 +130,7 @@ def test_a_registered_estimator_reaches_the_loss_and_the_theory(k1_ratio):
     assert _mean_under(pi, ref, k1_ratio, old) == pytest.approx(_kl(pi, ref), rel=1e-12)
     # the theory: its expected gradient is the gradient of KL(pi || ref), as it claims
     forward = pi * (np.log(pi / ref) - _kl(pi, ref))
-    np.testing.assert_allclose(kle.expected_kl_gradient(pi, ref, "k1_ratio", old_policy=old),
+    np.testing.assert_allclose(kle.expected_kl_gradient(pi, ref, "k1_ratio", prev_policy=old),
                                forward, atol=1e-14)
     np.testing.assert_allclose(kle.logit_drift(0.4, 0.3, 0.5, "k1_ratio"),
                                kle.logit_drift(0.4, 0.3, 0.5, "k3_ratio"), rtol=1e-14)
