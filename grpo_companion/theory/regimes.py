@@ -30,7 +30,7 @@ from grpo_companion.validation import (
 from .calibration import Calibration, resolve_calibration
 from .dynamics import _affine_parts, _check_map_inputs, _prepare, _prev_part
 from .logistic import _log_bernoulli_variance, logit
-from .roots import _newton_bracketed, fixed_points_logit
+from .roots import bracketed_roots, fixed_points_logit
 
 __all__ = ["DynamicsResult", "Regime", "classify_dynamics", "period_two_orbits",
            "period_two_orbits_logit"]
@@ -229,8 +229,9 @@ def period_two_orbits_logit(
     ``[L_ref + Omega_inf / (alpha beta), L_ref + Omega_sup / (alpha beta)]``
     (for unbounded ``Omega``: up to the largest fixed point); ``f o f - id`` is
     scanned there on a grid refined where ``Omega`` varies, and sign changes are
-    refined by safeguarded Newton steps. Orbits whose two roots fall within one
-    grid cell can be missed (near a period-doubling bifurcation).
+    refined by SciPy's ``find_root`` (:func:`~grpo_companion.theory.roots.bracketed_roots`).
+    Orbits whose two roots fall within one grid cell can be missed (near a period-doubling
+    bifurcation).
 
     Returns
     -------
@@ -298,7 +299,7 @@ def _period_two_orbits(
         if r_i.size == 0:
             continue
         cell = rows[r_i]
-        x = _newton_bracketed(lambda z, i, cell=cell: ff(z, cell[i]), grid[r_i, j_i],
+        x = bracketed_roots(lambda z, i, cell=cell: ff(z, cell[i]), grid[r_i, j_i],
                               grid[r_i, j_i + 1], left[r_i, j_i], right[r_i, j_i])
         image = f(x, cell)[0]
         lower = image - x > 1e-7 * np.maximum(1.0, np.abs(x))  # lower point, not a fixed point

@@ -128,7 +128,6 @@ def bracketed_roots(
 
 
 #: The name :mod:`grpo_companion.theory.regimes` imports (it passes value and slope).
-_newton_bracketed = bracketed_roots
 
 
 def _critical_points(cal: Calibration, slope: np.ndarray) -> np.ndarray:
