@@ -28,7 +28,6 @@ Usage: ``python benchmarks/bench_beyond_runs.py [--setting a] [--setting b]``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import time
 import warnings
@@ -36,16 +35,8 @@ import warnings
 import numpy as np
 
 from grpo_companion import theory
+from grpo_companion.rl.long_run import CHAPTER8_CONFIG
 from grpo_companion.rl.seed_batch import run_seeds_batched
-from grpo_companion.rl.trainer import TrainConfig
-
-#: Chapter 8's CPU configuration; the settings below change seeds, iterations and prompts.
-CHAPTER = TrainConfig(
-    task="sequence", device="cpu", progress=False, d_model=32, n_layers=2, n_heads=4,
-    sft_steps=600, max_operand=49, n_eval_prompts=64, eval_samples=50, beta=0.1,
-    clip_eps_low=0.2, mu=10, group_size=16, kl="k3", loss_type="dr_grpo", temperature=1.0,
-    optimizer="adam", lr=2e-4, iterations=120, grpo_prompts=64, prompts_per_iteration=64,
-    grpo_beta_multipliers=(1.0, 3.0, 10.0, 30.0))
 
 #: name: (seeds, iterations, trained prompts, held-out prompts, workers)
 SETTINGS = {"a": (2, 30, 32, 64, 2), "b": (3, 60, 32, 64, 2)}
@@ -91,14 +82,14 @@ def main() -> None:
     print(f"cores: {os.cpu_count()}, load average before: {os.getloadavg()[0]:.2f}")
     for setting in args.setting or ["a"]:
         n_seeds, iterations, trained, held, workers = SETTINGS[setting]
-        config = dataclasses.replace(CHAPTER, iterations=iterations, grpo_prompts=trained,
-                                     prompts_per_iteration=trained, n_eval_prompts=held)
+        config = CHAPTER8_CONFIG.replace(iterations=iterations, grpo_prompts=trained,
+                                         prompts_per_iteration=trained, n_eval_prompts=held)
         total = 0.0
         for normalization in args.normalizations:
             started = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # torch's spawn start-up chatter
-                runs = run_seeds_batched(dataclasses.replace(config, normalization=normalization),
+                runs = run_seeds_batched(config.replace(normalization=normalization),
                                          list(range(n_seeds)), record_every=RECORD_EVERY,
                                          workers=workers)
             wall = time.perf_counter() - started

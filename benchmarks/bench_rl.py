@@ -41,7 +41,7 @@ def _sync(device: torch.device) -> None:
 def bandit(iterations: int, loop_prompts: int) -> dict[str, float]:
     n_prompts, n_outputs, group, mu = 1024, 1000, 16, 10
     config = TrainConfig.flat(n_prompts=n_prompts, n_outputs=n_outputs, group_size=group, mu=mu,
-                         iterations=iterations, progress=False, kl="exact")
+                              iterations=iterations, progress=False, kl="exact")
     stamps: list[float] = []
     train(config, callback=lambda n: stamps.append(time.perf_counter()))
     # Steady state: from the end of iteration 1 to the end of the last one (excludes setup).

@@ -37,17 +37,8 @@ import time
 import numpy as np
 import torch
 
-from grpo_companion.rl.long_run import LongRun, run_seeds
+from grpo_companion.rl.long_run import CHAPTER8_CONFIG, LongRun, run_seeds
 from grpo_companion.rl.seed_batch import run_seeds_batched
-from grpo_companion.rl.trainer import TrainConfig
-
-#: Chapter 8's CPU configuration (120 iterations there; the benchmark runs fewer).
-CHAPTER = TrainConfig.flat(
-    task="sequence", device="cpu", progress=False, d_model=32, n_layers=2, n_heads=4,
-    sft_steps=600, max_operand=49, n_eval_prompts=64, eval_samples=50, beta=0.1,
-    clip_eps_low=0.2, mu=10, group_size=16, kl="k3", loss_type="dr_grpo", temperature=1.0,
-    optimizer="adam", lr=2e-4, iterations=120, grpo_prompts=64, prompts_per_iteration=64,
-    grpo_beta_multipliers=(1.0, 3.0, 10.0, 30.0))
 
 MODES = {
     "batched": (lambda c, s, r: run_seeds_batched(c, s, record_every=r), 1),
@@ -84,14 +75,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=20, help="GRPO iterations per seed")
     parser.add_argument("--seeds", type=int, default=5, help="number of seeds (0, 1, ...)")
-    parser.add_argument("--sft-steps", type=int, default=CHAPTER.model.sft_steps,
+    parser.add_argument("--sft-steps", type=int, default=CHAPTER8_CONFIG.model.sft_steps,
                         help="pre-training steps per seed")
     parser.add_argument("--record-every", type=int, default=10)
     parser.add_argument("--estimate", type=int, nargs="*", default=[120],
                         help="iteration counts to estimate the wall time of")
     parser.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
     args = parser.parse_args()
-    config = CHAPTER.replace(iterations=args.iterations, sft_steps=args.sft_steps)
+    config = CHAPTER8_CONFIG.replace(iterations=args.iterations, sft_steps=args.sft_steps)
     seeds = list(range(args.seeds))
     torch.set_num_threads(1)
     report: dict[str, object] = {

@@ -139,7 +139,7 @@ def evaluation(repeats: int, iterations: int) -> dict[str, Any]:
     every_runs, default_runs = [], []
     for _ in range(repeats):  # alternating
         every_runs.append(_timed_run(base.replace(iterations=iterations,
-                                                         eval_every=1)))
+                                                  eval_every=1)))
         default_runs.append(_timed_run(base))
     median = {k: statistics.median(r[k] for r in every_runs) for k in every_runs[0]}
     train_s, eval_s = median["training_per_iteration_s"], median["evaluation_s"]

@@ -54,12 +54,34 @@ import numpy as np
 import torch
 
 from grpo_companion.rl.tasks import EOS, ArithmeticTask
+from grpo_companion.rl.train_config import (
+    GRPOConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    SequenceConfig,
+)
 from grpo_companion.rl.trainer import TrainConfig, prepare_run
 from grpo_companion.theory import NORMALIZATIONS, register_normalization
 from grpo_companion.theory.analyses import trained_loss
 
-__all__ = ["LongRun", "correct_columns", "exact_entropy", "exact_success", "run_long",
-           "run_seeds"]
+__all__ = ["CHAPTER8_CONFIG", "LongRun", "correct_columns", "exact_entropy", "exact_success",
+           "run_long", "run_seeds"]
+
+#: Chapter 8's run on a CPU in full mode: the tiny transformer pre-trained to forget carries,
+#: then GRPO with the paper's clip, mu and G, Dr. GRPO's loss, plain k3, and four KL weights
+#: (beta times 1, 3, 10, 30) spread over 64 trained prompts. Chapter 8 replaces what its
+#: parameters set; chapter 14 and ``benchmarks/`` start from it too.
+CHAPTER8_CONFIG = TrainConfig(
+    task="sequence",
+    run=RunConfig(iterations=120, device="cpu", progress=False),
+    grpo=GRPOConfig(beta=0.1, clip_eps_low=0.2, mu=10, group_size=16, kl="k3",
+                    loss_type="dr_grpo", temperature=1.0, prompts_per_iteration=64),
+    optim=OptimConfig(optimizer="adam", lr=2e-4),
+    sequence=SequenceConfig(max_operand=49, n_eval_prompts=64, eval_samples=50,
+                            grpo_prompts=64, grpo_beta_multipliers=(1.0, 3.0, 10.0, 30.0)),
+    model=ModelConfig(d_model=32, n_layers=2, n_heads=4, sft_steps=600),
+)
 
 #: Largest ``|log sum p|`` accepted of an enumeration: its probabilities must sum to 1 (they
 #: do to about 1e-15 in float64; a larger gap means outputs were left out or counted twice).

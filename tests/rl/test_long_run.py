@@ -29,10 +29,10 @@ from grpo_companion.theory.analyses import trained_loss as tl
 
 # pre-trained long enough that groups of 4 see successes, so that GRPO moves the policy
 TINY = TrainConfig.flat(task="sequence", max_operand=19, n_eval_prompts=16, eval_samples=4,
-                   sft_steps=200, sft_batch_size=64, sft_lr=1e-2, d_model=16, n_heads=2,
-                   n_layers=1,
-                   group_size=4, mu=2, iterations=4, prompts_per_iteration=4, grpo_prompts=8,
-                   device="cpu", progress=False, lr=1e-3, kl="k3", loss_type="dr_grpo")
+                        sft_steps=200, sft_batch_size=64, sft_lr=1e-2, d_model=16, n_heads=2,
+                        n_layers=1,
+                        group_size=4, mu=2, iterations=4, prompts_per_iteration=4, grpo_prompts=8,
+                        device="cpu", progress=False, lr=1e-3, kl="k3", loss_type="dr_grpo")
 LONG_FIELDS = ("trained", "held_out", "operands_trained", "operands_held", "steps",
                "logit_trained", "logit_held", "entropy_trained", "entropy_held", "delta",
                "delta_pos", "target_logit", "orbit_tv", "orbit_logit", "beta_trained",
@@ -51,8 +51,8 @@ def task():
 def sft_policy(one_torch_thread):
     """A reference policy trained long enough that some prompts succeed often."""
     config = TrainConfig.flat(task="sequence", max_operand=19, n_eval_prompts=16, sft_steps=200,
-                         sft_batch_size=64, sft_lr=1e-2, d_model=16, n_heads=2, n_layers=1,
-                         device="cpu", progress=False)
+                              sft_batch_size=64, sft_lr=1e-2, d_model=16, n_heads=2, n_layers=1,
+                              device="cpu", progress=False)
     prep = prepare_run(config)
     prep.run_state.pretrain()
     return prep.run_state.ref_policy, prep.run_state.task
@@ -380,7 +380,7 @@ def test_per_prompt_beta_reaches_the_recorded_steps_and_orbits():
     """With grpo_beta_multipliers every recorded step uses the prompt's own KL weight."""
     mult = (1.0, 3.0, 10.0)
     config = TINY.replace(prompts_per_iteration=8, iterations=3,
-                                 grpo_beta_multipliers=mult)
+                          grpo_beta_multipliers=mult)
     run = long_run.run_long(config, record_every=3)
     beta = config.grpo.beta * np.resize(mult, 8)  # grpo_pool's order, multipliers cycled
     np.testing.assert_array_equal(run.beta_trained, beta)

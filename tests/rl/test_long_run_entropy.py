@@ -20,10 +20,10 @@ from grpo_companion.rl.trainer import TrainConfig, prepare_run
 
 # test_long_run's TINY, at a temperature other than 1 and with two iterations
 TINY = TrainConfig.flat(task="sequence", max_operand=19, n_eval_prompts=16, eval_samples=4,
-                   sft_steps=200, sft_batch_size=64, sft_lr=1e-2, d_model=16, n_heads=2,
-                   n_layers=1, group_size=4, mu=2, iterations=2, prompts_per_iteration=4,
-                   grpo_prompts=8, device="cpu", progress=False, lr=1e-3, kl="k3",
-                   loss_type="dr_grpo", temperature=0.8)
+                        sft_steps=200, sft_batch_size=64, sft_lr=1e-2, d_model=16, n_heads=2,
+                        n_layers=1, group_size=4, mu=2, iterations=2, prompts_per_iteration=4,
+                        grpo_prompts=8, device="cpu", progress=False, lr=1e-3, kl="k3",
+                        loss_type="dr_grpo", temperature=0.8)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -20,7 +20,7 @@ P_REF = (0.0, 0.05, 0.2, 0.5)
 
 def test_sampled_bandit_without_kl_climbs_to_one_and_zero_stays_zero():
     config = TrainConfig.flat(n_prompts=64, n_outputs=8, n_success=1, p_ref=P_REF, beta=0.0,
-                         group_size=16, mu=4, iterations=30, progress=False, seed=0)
+                              group_size=16, mu=4, iterations=30, progress=False, seed=0)
     result = train(config)
     pos = result.success_prob
     for value in P_REF:
@@ -64,9 +64,9 @@ def _count_calls(monkeypatch, cls):
 def test_beta_zero_runs_no_reference_forward_pass(monkeypatch, beta):
     steps = _count_calls(monkeypatch, TinyCausalTransformer)
     train(TrainConfig.flat(task="sequence", max_operand=9, n_eval_prompts=8, eval_samples=2,
-                      sft_steps=2, sft_batch_size=8, iterations=2, mu=2, group_size=4,
-                      prompts_per_iteration=4, d_model=8, n_heads=2, beta=beta,
-                      progress=False))
+                           sft_steps=2, sft_batch_size=8, iterations=2, mu=2, group_size=4,
+                           prompts_per_iteration=4, d_model=8, n_heads=2, beta=beta,
+                           progress=False))
     assert len(steps) == 2
     for calls in steps:  # one pass per loss, a reference pass only with the KL penalty
         assert calls.count("policy") == 2 and "other" not in calls
@@ -93,7 +93,7 @@ def test_beta_zero_with_exact_kl_skips_the_tabular_reference(monkeypatch):
 
     monkeypatch.setattr(trainer, "grpo_iteration", record)
     result = train(TrainConfig.flat(n_prompts=8, n_outputs=4, iterations=2, kl="exact", beta=0.0,
-                               progress=False))
+                                    progress=False))
     assert refs == [0, 0]
     assert np.all(np.isfinite(result.metrics["kl_ref"]))  # still reported by the evaluation
 

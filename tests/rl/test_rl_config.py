@@ -334,7 +334,7 @@ def test_check_machine_refuses_what_this_machine_cannot_hold():
             trainer.prepare_run(TrainConfig.flat(device="cuda", progress=False))
     with pytest.raises(ValueError, match="GiB"):
         trainer.check_machine(TrainConfig.flat(task="bandit", group_size=100_000, n_prompts=100_000,
-                                          progress=False))
+                                               progress=False))
     trainer.check_machine(TrainConfig.flat(task="bandit", progress=False))  # the defaults fit
 
 

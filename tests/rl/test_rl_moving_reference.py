@@ -26,7 +26,7 @@ EXACT = {"exact": True, "n_prompts": 24, "n_outputs": 8, "n_success": 3, "iterat
                                                (2, 0.5, 0.5)])
 def test_exact_training_follows_the_moving_reference_recurrence(k, a, alpha):
     config = TrainConfig.flat(**{**EXACT, "ref_reset_every": k, "ref_mixup_alpha": a,
-                            "alpha": alpha})
+                              "alpha": alpha})
     run = train(config)
     path = moving_reference_iterate(run.p_ref, 4.0, 8, k, a, alpha=alpha, eps=1e-2)
     trained = theory.logit(run.success_prob)
@@ -66,7 +66,7 @@ def test_sampled_training_mixes_the_reference_at_each_reset(monkeypatch):
 
     monkeypatch.setattr(trainer, "mixed_reference", spy)
     config = TrainConfig.flat(task="bandit", n_prompts=6, n_outputs=5, iterations=4, mu=1,
-                         group_size=4, ref_reset_every=2, ref_mixup_alpha=0.3, progress=False)
+                              group_size=4, ref_reset_every=2, ref_mixup_alpha=0.3, progress=False)
     train(config)
     assert len(seen) == 2
     for ref, policy, mixed in seen:

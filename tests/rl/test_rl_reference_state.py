@@ -45,4 +45,4 @@ def test_reference_state_is_validated(tmp_path):
     with pytest.raises(ValueError, match="reference_state"):
         train(TrainConfig.flat(**SEQUENCE), out_dir=tmp_path, resume=True, reference_state=state)
     assert train(TrainConfig.flat(n_prompts=4, n_outputs=3, iterations=1,
-                             progress=False)).reference_state is None
+                                  progress=False)).reference_state is None

@@ -120,7 +120,7 @@ def test_lbfgs_with_k3_ratio_runs(tmp_path):
     # before: crashed at iteration 7 with "value cannot be converted to type float without
     # overflow" (k3_ratio was exp(logp - old) * expm1(d), inf * 0 in float32)
     config = TrainConfig.flat(optimizer="lbfgs", kl="k3_ratio", n_prompts=8, n_outputs=4,
-                         group_size=4, iterations=7, progress=False)
+                              group_size=4, iterations=7, progress=False)
     result = train(config)
     for name in ("success_prob", "kl_ref", "kl_prev", "entropy"):
         assert np.isfinite(result.metrics[name]).all()

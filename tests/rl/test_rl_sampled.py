@@ -34,9 +34,9 @@ from grpo_companion.rl.trainer import TrainConfig, train
 def test_sampled_bandit_matches_finite_group_recurrence(alpha, calibration):
     group, beta, values = 32, 2.0, (0.2, 0.5)
     config = TrainConfig.flat(n_prompts=2000, n_outputs=2, n_success=1, p_ref=values,
-                         group_size=group, beta=beta, alpha=alpha, kl="exact",
-                         clip_eps_low=None, optimizer="lbfgs", mu=1, dtype="float64",
-                         iterations=3, progress=False, seed=1, **calibration)
+                              group_size=group, beta=beta, alpha=alpha, kl="exact",
+                              clip_eps_low=None, optimizer="lbfgs", mu=1, dtype="float64",
+                              iterations=3, progress=False, seed=1, **calibration)
     result = train(config)
     cal = theory.Calibration(normalization="mean_std", group_size=group, **calibration)
     pos = result.success_prob
@@ -61,7 +61,7 @@ def test_sampled_bandit_matches_finite_group_recurrence(alpha, calibration):
 def test_sampled_large_group_tracks_population_recurrence():
     # Looser sanity check on a typical TRL-like run: Adam, clipping, k3 in the loss.
     config = TrainConfig.flat(n_prompts=64, n_outputs=8, iterations=5, mu=4, progress=False,
-                         p_ref_zero_fraction=0.2, group_size=16)
+                              p_ref_zero_fraction=0.2, group_size=16)
     result = train(config)
     zero = result.p_ref == 0
     assert np.all(result.success_prob[:, zero] < 1e-30)  # no success ever sampled

@@ -153,7 +153,7 @@ def test_pretrained_reference_spreads_over_held_out_prompts():
     from grpo_companion.rl.trainer import TrainConfig, train
 
     config = TrainConfig.flat(task="sequence", iterations=1, sft_steps=400, mu=1, progress=False,
-                         eval_samples=50, n_eval_prompts=256, lr=1e-12)
+                              eval_samples=50, n_eval_prompts=256, lr=1e-12)
     result = train(config)
     p_ref = result.p_ref
     assert len(p_ref) >= 200

@@ -48,10 +48,10 @@ from grpo_companion.theory.analyses import trained_loss
 # KL weights, and batches smaller than the pool (prompts left out of a batch take the
 # recorder's other path)
 TINY = TrainConfig.flat(task="sequence", max_operand=19, n_eval_prompts=16, eval_samples=4,
-                   sft_steps=200, sft_batch_size=64, sft_lr=1e-2, d_model=16, n_heads=2,
-                   n_layers=1, group_size=4, mu=2, iterations=4, prompts_per_iteration=4,
-                   grpo_prompts=8, device="cpu", progress=False, lr=1e-3, kl="k3",
-                   loss_type="dr_grpo", grpo_beta_multipliers=(1.0, 3.0))
+                        sft_steps=200, sft_batch_size=64, sft_lr=1e-2, d_model=16, n_heads=2,
+                        n_layers=1, group_size=4, mu=2, iterations=4, prompts_per_iteration=4,
+                        grpo_prompts=8, device="cpu", progress=False, lr=1e-3, kl="k3",
+                        loss_type="dr_grpo", grpo_beta_multipliers=(1.0, 3.0))
 SEEDS = (2, 0, 1)  # not sorted: the results follow the order of the seeds
 RECORD_EVERY = 3
 #: Fields that come from counting or indexing: equal, or the runs are not the same runs.

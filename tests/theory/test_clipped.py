@@ -515,8 +515,8 @@ def test_expected_training_is_the_large_group_limit_of_sampled_training():
 
     torch.set_num_threads(1)
     base = TrainConfig.flat(n_prompts=24, n_outputs=2, n_success=1, p_ref=(0.05,), iterations=6,
-                       beta=2.0, eps=1e-5, kl="exact", dtype="float64", progress=False, mu=10,
-                       optimizer="adam", clip_eps_low=None, group_size=4096)
+                            beta=2.0, eps=1e-5, kl="exact", dtype="float64", progress=False, mu=10,
+                            optimizer="adam", clip_eps_low=None, group_size=4096)
     runs = [train(base.replace(seed=s)).metrics["success_prob"] for s in range(3)]
     pos = np.concatenate(runs, axis=1)
     want = clipped.expected_clipped_training(0.05, 2.0, 1.0, 6, 10, clip_eps_high=np.inf,

@@ -65,8 +65,8 @@ def test_the_exact_trainer_with_ref_reset_every_follows_the_staged_recurrence() 
 
     p_refs = (0.05, 0.3)
     run = train(TrainConfig.flat(exact=True, n_prompts=2, n_outputs=6, n_success=2, p_ref=p_refs,
-                            iterations=6, beta=2.0, ref_reset_every=3, eps=1e-5, seed=0,
-                            progress=False))
+                                 iterations=6, beta=2.0, ref_reset_every=3, eps=1e-5, seed=0,
+                                 progress=False))
     staged = staged_iterate(run.p_ref, 2.0, 6, 3, eps=1e-5)
     plain = theory.iterate(run.p_ref, run.p_ref, 2.0, 6, eps=1e-5)
     assert np.max(np.abs(run.success_prob - staged.p)) < 1e-9

@@ -152,9 +152,9 @@ def check_direct_formula(cal: theory.Calibration) -> None:
 def check_exact_training(cal: theory.Calibration, anchor: theory.Anchor) -> None:
     variant = theory.Variant(cal, anchor)
     config = TrainConfig.flat(exact=True, n_prompts=24, n_outputs=10, n_success=3, iterations=4,
-                         beta=1.5, seed=5, progress=False, p_ref_zero_fraction=0.15,
-                         normalization=cal.normalization, eps=cal.eps,
-                         eps_placement=cal.eps_placement, ddof=cal.ddof, alpha=anchor.alpha)
+                              beta=1.5, seed=5, progress=False, p_ref_zero_fraction=0.15,
+                              normalization=cal.normalization, eps=cal.eps,
+                              eps_placement=cal.eps_placement, ddof=cal.ddof, alpha=anchor.alpha)
     assert config.variant == variant
     result = train(config)
     expected = theory.iterate(result.p_ref, result.p_ref, config.grpo.beta, config.run.iterations,
@@ -268,7 +268,7 @@ def test_a_registered_normalization_reaches_the_trainer():
         assert cal.omega(0.3) == pytest.approx(3.0)
         check_exact_training(cal, theory.Anchor.reference())
         config = TrainConfig.flat(normalization="tripled_for_test", iterations=1, n_prompts=8,
-                             group_size=4, progress=False)
+                                  group_size=4, progress=False)
         assert train(config).success_prob.shape == (2, 8)
     finally:
         theory.unregister_normalization("tripled_for_test")
