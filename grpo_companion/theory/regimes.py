@@ -229,7 +229,7 @@ def period_two_orbits_logit(
     ``[L_ref + Omega_inf / (alpha beta), L_ref + Omega_sup / (alpha beta)]``
     (for unbounded ``Omega``: up to the largest fixed point); ``f o f - id`` is
     scanned there on a grid refined where ``Omega`` varies, and sign changes are
-    refined by SciPy's ``find_root`` (:func:`~grpo_companion.theory.roots.bracketed_roots`).
+    refined by SciPy's ``find_root`` (``roots.bracketed_roots``, internal to the theory).
     Orbits whose two roots fall within one grid cell can be missed (near a period-doubling
     bifurcation).
 
