@@ -24,7 +24,6 @@ import re
 import textwrap
 import typing
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from grpo_companion.validation import is_real_number as _is_real
@@ -48,17 +47,21 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
 class Check:
     """What values a field accepts.
 
     ``optional``: None is accepted too; ``text``: a description that replaces
-    the generated one; ``why``: a reason appended to the error message.
+    the generated one; ``why``: a reason appended to the error message. (A plain
+    class, not a dataclass, so that the API pages show a field's type with its
+    :meth:`__repr__`.)
     """
 
-    optional: bool = False
-    text: str = ""
-    why: str = ""
+    def __init__(self, *, optional: bool = False, text: str = "", why: str = "") -> None:
+        self.optional, self.text, self.why = optional, text, why
+
+    def __repr__(self) -> str:
+        """The class and the valid values in words (what the API pages show in a field's type)."""
+        return f"{type(self).__name__}({self.describe()!r})"
 
     def describe(self) -> str:
         """The valid values in words, e.g. ``"None or an int >= 1"``."""
@@ -82,11 +85,13 @@ class Check:
         raise NotImplementedError
 
 
-@dataclass(frozen=True, kw_only=True)
 class Choice(Check):
     """One of a fixed set of values, or of a registry read when the check runs."""
 
-    values: tuple[Any, ...] | Callable[[], Iterable[Any]]
+    def __init__(self, *, values: tuple[Any, ...] | Callable[[], Iterable[Any]],
+                 **common: Any) -> None:
+        super().__init__(**common)
+        self.values = values
 
     def choices(self) -> tuple[Any, ...]:
         return tuple(self.values() if callable(self.values) else self.values)
@@ -98,7 +103,6 @@ class Choice(Check):
         return value in self.choices(), value
 
 
-@dataclass(frozen=True, kw_only=True)
 class Flag(Check):
     """``True`` or ``False`` (not 0 or 1); on the command line ``--name`` and ``--no-name``."""
 
@@ -109,12 +113,12 @@ class Flag(Check):
         return isinstance(value, bool), value
 
 
-@dataclass(frozen=True)
 class Int(Check):
     """An int (not a bool) in ``[low, high]``."""
 
-    low: int
-    high: int | None = None
+    def __init__(self, low: int, high: int | None = None, **common: Any) -> None:
+        super().__init__(**common)
+        self.low, self.high = low, high
 
     def _describe(self) -> str:
         if self.high is None:
@@ -126,7 +130,6 @@ class Int(Check):
         return ok and (self.high is None or value <= self.high), value
 
 
-@dataclass(frozen=True)
 class Real(Check):
     """A number (not NaN, not a bool) in ``[low, high]`` (``(low, high]`` with ``open_low``).
 
@@ -134,12 +137,12 @@ class Real(Check):
     e.g. no KL penalty); ``or_inf``: so is ``inf`` (e.g. no upper bound).
     """
 
-    low: float = -math.inf
-    high: float = math.inf
-    open_low: bool = False
-    finite: bool = False
-    or_zero: bool = False
-    or_inf: bool = False
+    def __init__(self, low: float = -math.inf, high: float = math.inf, *,
+                 open_low: bool = False, finite: bool = False, or_zero: bool = False,
+                 or_inf: bool = False, **common: Any) -> None:
+        super().__init__(**common)
+        self.low, self.high, self.open_low, self.finite = low, high, open_low, finite
+        self.or_zero, self.or_inf = or_zero, or_inf
 
     def _describe(self, plural: bool = False) -> str:
         noun = "numbers" if plural else "a number"
@@ -164,12 +167,12 @@ class Real(Check):
 _COUNT = {None: "a non-empty sequence of", 2: "two", 3: "three", 4: "four"}
 
 
-@dataclass(frozen=True)
 class Reals(Check):
     """A sequence of numbers each accepted by ``item``, of ``length`` (None: any, >= 1); a tuple."""
 
-    item: Real
-    length: int | None = None
+    def __init__(self, item: Real, length: int | None = None, **common: Any) -> None:
+        super().__init__(**common)
+        self.item, self.length = item, length
 
     def _describe(self) -> str:
         return f"{_COUNT.get(self.length, str(self.length))} {self.item._describe(plural=True)}"
@@ -183,7 +186,6 @@ class Reals(Check):
         return all(self.item._accept(v)[0] for v in values), values
 
 
-@dataclass(frozen=True, kw_only=True)
 class Text(Check):
     """A string; what it may say is checked where it is used."""
 
@@ -194,15 +196,17 @@ class Text(Check):
         return isinstance(value, str), value
 
 
-@dataclass(frozen=True)
 class TRL:
     """The argument of TRL's ``GRPOConfig`` a field stands for, and how the values map.
 
     Fields with the same ``name`` form one row of the name table.
     """
 
-    name: str
-    note: str = ""
+    def __init__(self, name: str, note: str = "") -> None:
+        self.name, self.note = name, note
+
+    def __repr__(self) -> str:
+        return f"TRL({self.name!r})"
 
 
 @functools.cache

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import torch
-import tyro
 
 from grpo_companion.rl import losses
 from grpo_companion.rl.checks import (
@@ -98,7 +97,7 @@ class RunConfig(_Checked):
                              why="generators take 64-bit seeds")] = 0
     """seed of every random draw (task, sampling, pre-training)"""
     device: Annotated[str, Text()] = "auto"
-    """auto (CUDA when available), cpu or cuda[:N]"""
+    """auto (CUDA when available), cpu, cuda, or one CUDA device by its index, as in torch (e.g. ``cuda:1``)"""
     dtype: Annotated[Dtype, Choice(values=DTYPES)] = "float32"
     """precision of the tabular policies in sampled mode (exact mode always uses float64, the transformer always float32)"""
     progress: Annotated[bool, Flag()] = True
@@ -106,66 +105,65 @@ class RunConfig(_Checked):
     checkpoint_every: Annotated[int, Int(1)] = 1
     """write the checkpoint every this many iterations (and after the last)"""
     eval_every: Annotated[int | None, Int(1, optional=True)] = None
-    """compute the per-prompt metrics (metrics.csv, TrainResult.metrics) every this many iterations, and always at iteration 0 and the last; None: every iteration for the bandit (its metrics are exact and cheap), every 50 for the sequence task (its sampled evaluation would otherwise cost several training iterations each time)"""
+    """compute the per-prompt metrics (metrics.csv, TrainResult.metrics) every this many iterations, and always at iteration 0 and the last; None means every iteration for the bandit (its metrics are exact and cheap), every 50 for the sequence task (its sampled evaluation would otherwise cost several training iterations each time)"""
 
 
 @dataclass(frozen=True)
 class GRPOConfig(_Checked):
     """The GRPO objective (Algorithm 1, eqs. 4-6, 9, 13, 17) and its sampled update."""
 
-    beta: Annotated[float, Real(*BETA_RANGE, or_zero=True,
+    beta: Annotated[float, Real(BETA_RANGE[0], BETA_RANGE[1], or_zero=True,
                                 why="beyond it the KL term over- or underflows float32 and the "
                                     "exact solve loses precision"), TRL("beta")] = 0.1
-    """weight of the KL penalty; 0: none, and no forward pass of pi_ref during training (TRL's default, DAPO's setting; not with exact, which divides by beta)"""
+    """weight of the KL penalty; 0 means none, and no forward pass of pi_ref during training (TRL's default, DAPO's setting; not with exact, which divides by beta)"""
     alpha: Annotated[float, Real(0.0, 1.0)] = 1.0
-    """reference share of the KL anchor: 1 is GRPO (eq. 6), 0 Mirror GRPO (eq. 9), in between two-KL (eq. 17)"""
+    """reference share of the KL anchor, 1 for GRPO (eq. 6), 0 for Mirror GRPO (eq. 9), in between two-KL (eq. 17)"""
     ref_reset_every: Annotated[int | None, Int(1, optional=True)] = None
-    """set pi_ref <- pi every this many iterations (DeepSeekMath's iterative GRPO); None: never"""
+    """set pi_ref <- pi every this many iterations (DeepSeekMath's iterative GRPO); None means never"""
     ref_mixup_alpha: Annotated[float, Real(0.0, 1.0)] = 1.0
-    """at each reset, pi_ref's parameters become a theta + (1 - a) theta_ref with this a (TRL's sync_ref_model with ref_model_mixup_alpha; on the bandit's logits the recurrence of theory.analyses.staged.moving_reference_iterate); 1: pi_ref <- pi"""
+    """at each reset, pi_ref's parameters become a theta + (1 - a) theta_ref with this a (TRL's sync_ref_model with ref_model_mixup_alpha; on the bandit's logits the recurrence of theory.analyses.staged.moving_reference_iterate); 1 means pi_ref <- pi"""
     normalization: Annotated[Literal[tuple(NORMALIZATIONS)],  # type: ignore[valid-type]
                              Choice(values=NORMALIZATIONS.keys),
                              TRL("scale_rewards", _SCALE_REWARDS)] = "mean_std"
-    """reward normalisation of the group advantages, a name registered in theory.NORMALIZATIONS (mean_std: GRPO's whitening, eq. 4; mean_only: Dr. GRPO's centring, eq. 13)"""
+    """reward normalisation of the group advantages, a name registered in theory.NORMALIZATIONS (mean_std is GRPO's whitening, eq. 4; mean_only Dr. GRPO's centring, eq. 13)"""
     eps: Annotated[float, Real(EPS_MIN, finite=True, or_zero=True,
                                why="a smaller one overflows 1 / eps"), _SCALE] = 1e-5
     """smoothing constant of the group standard deviation"""
     eps_placement: Annotated[Literal[EPS_PLACEMENTS],  # type: ignore[valid-type]
                              Choice(values=EPS_PLACEMENTS), _SCALE] = "sqrt"
-    """sqrt: (r - mean) / sqrt(var + eps), the paper's eq. (4); std: (r - mean) / (std + eps), as TRL"""
+    """sqrt divides r - mean by sqrt(var + eps), the paper's eq. (4); std divides it by std + eps, as TRL"""
     ddof: Annotated[int, Int(0, 1, text="0 or 1"), _SCALE] = 0
-    """group variance: 0 divides by G (the paper), 1 by G - 1 (Bessel, as TRL)"""
+    """group variance; 0 divides by G (the paper), 1 by G - 1 (Bessel, as TRL)"""
     exact_group_size: Annotated[int | None, Int(2, optional=True)] = None
-    """exact mode: the exact expected weights of a group of this many samples; None: the paper's population weights"""
+    """in exact mode, the exact expected weights of a group of this many samples; None means the paper's population weights"""
     group_size: Annotated[int, Int(2, why="a group of one output has no spread to normalise"),
                           TRL("num_generations")] = 16
     """G, outputs sampled per prompt"""
     mu: Annotated[int, Int(1), TRL("num_iterations")] = 1
     """optimiser steps per outer iteration on the same samples"""
-    clip_eps_low: Annotated[float | None, Real(0.0, 1.0, optional=True), TRL("epsilon"),
-                            tyro.conf.arg(aliases=("--clip-eps",))] = 0.2
-    """PPO clipping range below 1 (the ratio is kept >= 1 - clip_eps_low); None: no clipping"""
+    clip_eps_low: Annotated[float | None, Real(0.0, 1.0, optional=True), TRL("epsilon")] = 0.2
+    """PPO clipping range below 1 (the ratio is kept >= 1 - clip_eps_low); None means no clipping"""
     clip_eps_high: Annotated[float | None,
                              Real(0.0, CLIP_EPS_HIGH_MAX, or_inf=True, optional=True,
                                   why="1 + clip_eps_high must be a float32; inf: no upper "
                                       "clipping"),
                              TRL("epsilon_high")] = None
-    """clipping range above 1 (DAPO's clip-higher); None: the same as clip_eps_low"""
+    """clipping range above 1 (DAPO's clip-higher); None means the same as clip_eps_low"""
     kl: Annotated[Literal[tuple(KL_CHOICES)],  # type: ignore[valid-type]
                   Choice(values=KL_CHOICES),
                   TRL("use_bias_correction_kl", 'True is kl="k3_ratio", False is kl="k3"')
                   ] = "k3"
-    """KL penalty in the loss: a per-token estimator of theory.kl_estimators, or exact (bandit only: the exact KL of the tabular policies)"""
+    """KL penalty in the loss, a per-token estimator of theory.kl_estimators, or exact (bandit only, the exact KL of the tabular policies)"""
     loss_type: Annotated[Literal[losses.LOSS_TYPES],  # type: ignore[valid-type]
                          Choice(values=losses.LOSS_TYPES), TRL("loss_type")] = "grpo"
     """how the per-token losses are averaged into one number, as TRL's loss_type"""
-    temperature: Annotated[float, Real(*TEMPERATURE_RANGE,
+    temperature: Annotated[float, Real(TEMPERATURE_RANGE[0], TEMPERATURE_RANGE[1],
                                        why="beyond it the tempered logits leave the float "
                                            "range, or sampling is greedy or uniform"),
                            TRL("temperature")] = 1.0
     """sampling temperature (also applied to the log-probabilities of the loss)"""
     prompts_per_iteration: Annotated[int | None, Int(1, optional=True)] = None
-    """prompts drawn per iteration; None: every bandit prompt, 64 sequence prompts"""
+    """prompts drawn per iteration; None means every bandit prompt, or 64 sequence prompts"""
 
 
 @dataclass(frozen=True)
@@ -178,7 +176,7 @@ class OptimConfig(_Checked):
                   Real(0.0, LR_MAX, open_low=True, optional=True,
                        why="a larger step moves the logits beyond what float32 holds"),
                   TRL("learning_rate")] = None
-    """learning rate; None: 0.1 for the bandit, 1e-3 for the sequence task"""
+    """learning rate; None means 0.1 for the bandit, 1e-3 for the sequence task"""
     exact_tol: Annotated[float, Real(0.0, open_low=True, finite=True)] = 1e-12
     """stationarity gap at which the exact solve stops; also the gradient tolerance of sampled-mode L-BFGS"""
     exact_step: Annotated[float, Real(0.0, 1.0, open_low=True)] = 0.5
@@ -196,9 +194,9 @@ class BanditConfig(_Checked):
     n_outputs: Annotated[int, Int(2)] = 16
     """K, outputs per prompt"""
     n_success: Annotated[int | None, Int(1, optional=True)] = None
-    """size of each prompt's success set; None: K // 10, at least 1"""
+    """size of each prompt's success set; None means K // 10, at least 1"""
     p_ref: Annotated[tuple[float, ...] | None, Reals(Real(0.0, 1.0), optional=True)] = None
-    """reference PoS values, cycled over the prompts; None: draws from Beta(p_ref_beta), and 0 for a fraction p_ref_zero_fraction of the prompts"""
+    """reference PoS values, cycled over the prompts; None means draws from Beta(p_ref_beta), and 0 for a fraction p_ref_zero_fraction of the prompts"""
     p_ref_beta: Annotated[tuple[float, float],
                           Reals(Real(0.0, open_low=True, finite=True), 2)] = (0.5, 2.0)
     """parameters A, B of the Beta law of the reference PoS"""
@@ -217,10 +215,10 @@ class SequenceConfig(_Checked):
     n_eval_prompts: Annotated[int, Int(1)] = 256
     """held-out prompts whose PoS is tracked"""
     grpo_prompts: Annotated[int | None, Int(1, optional=True)] = None
-    """GRPO trains on a fixed set of this many training prompts (ArithmeticTask.grpo_pool: the first of a seeded shuffle; pre-training still uses every training prompt); None: on all of them"""
+    """GRPO trains on a fixed set of this many training prompts (ArithmeticTask.grpo_pool, the first of a seeded shuffle; pre-training still uses every training prompt); None means all of them"""
     grpo_beta_multipliers: Annotated[tuple[float, ...] | None,
                                      Reals(Real(1e-3, 1e3), optional=True)] = None
-    """per-prompt KL weights: the i-th prompt of the GRPO pool (grpo_pool's order) is penalised with beta * multipliers[i % len(multipliers)], so that one run spreads the fixed points over prompts; needs grpo_prompts and beta > 0; None: beta for every prompt"""
+    """per-prompt KL weights; the i-th prompt of the GRPO pool (grpo_pool's order) is penalised with beta * multipliers[i % len(multipliers)], so that one run spreads the fixed points over prompts; needs grpo_prompts and beta > 0; None means beta for every prompt"""
     eval_samples: Annotated[int, Int(1)] = 50
     """samples per held-out prompt for the PoS estimate"""
     carry_error_span: Annotated[float, Real(0.0, open_low=True, finite=True)] = 6.0
@@ -292,9 +290,9 @@ class TrainConfig:
     """
 
     task: Annotated[Task, Choice(values=TASKS)] = "bandit"
-    """bandit: a tabular softmax policy over K outputs per prompt; sequence: a tiny transformer learning two-digit addition"""
+    """bandit, a tabular softmax policy over K outputs per prompt, or sequence, a tiny transformer learning two-digit addition"""
     exact: Annotated[bool, Flag()] = False
-    """bandit only: every sample average replaced by its expectation and each iteration solved to convergence (the paper's recurrence), in float64; the fields of the sampled update (group_size, mu, clip_eps_*, kl, loss_type, temperature, prompts_per_iteration, optimizer, lr) are not used"""
+    """bandit only, every sample average replaced by its expectation and each iteration solved to convergence (the paper's recurrence), in float64; the fields of the sampled update (group_size, mu, clip_eps_*, kl, loss_type, temperature, prompts_per_iteration, optimizer, lr) are not used"""
     run: RunConfig = field(default_factory=RunConfig)
     """how long, which seed, where, what is recorded"""
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
@@ -457,7 +455,7 @@ class TrainConfig:
 
     @property
     def calibration(self) -> Any:
-        """The run's calibration: the one place a config becomes a ``theory.Calibration``.
+        """The run's calibration, the one place a config becomes a ``theory.Calibration``.
 
         ``exact_group_size`` sets its ``group_size`` (exact mode's expected
         finite-group weights); sampled mode uses the table of the same calibration
@@ -472,7 +470,7 @@ class TrainConfig:
 
     @property
     def variant(self) -> Any:
-        """The run's GRPO variant: its :attr:`calibration` and the anchor with share ``alpha``."""
+        """The run's GRPO variant, its :attr:`calibration` and the anchor with share ``alpha``."""
         from grpo_companion.theory.variants import Anchor, Variant
 
         return Variant(self.calibration, Anchor(self.grpo.alpha))

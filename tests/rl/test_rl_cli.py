@@ -24,7 +24,7 @@ def test_help_lists_every_option():
     out = _run("-m", "grpo_companion.rl.cli", "--help")
     assert out.returncode == 0
     for option in ("--task", "--out", "--beta", "--alpha", "--normalization", "--group-size",
-                   "--mu", "--clip-eps", "--kl", "--iterations", "--seed", "--device",
+                   "--mu", "--clip-eps-low", "--kl", "--iterations", "--seed", "--device",
                    "--exact", "--resume", "--loss-type", "--eps-placement", "--ddof",
                    "--calibration", "--no-progress", "TRL GRPOConfig"):
         assert option in out.stdout
@@ -34,13 +34,13 @@ def test_lead_cli_train_subcommand_help():
     out = _run("-m", "grpo_companion", "train", "--help")
     if "No module named" in out.stderr:
         pytest.skip(f"lead CLI dependencies missing: {out.stderr.strip().splitlines()[-1]}")
-    assert out.returncode == 0 and "--clip-eps" in out.stdout
+    assert out.returncode == 0 and "--clip-eps-low" in out.stdout
 
 
 @pytest.mark.parametrize("bad", [
     ["--beta", "-1"], ["--alpha", "2"], ["--kl", "k9"], ["--group-size", "0"],
-    ["--task", "sequence", "--exact"], ["--clip-eps", "3"], ["--device", "tpu"],
-    ["--clip-eps", "None", "--clip-eps-high", "0.3"], ["--eps", "nan"], ["--lr", "none"],
+    ["--task", "sequence", "--exact"], ["--clip-eps-low", "3"], ["--device", "tpu"],
+    ["--clip-eps-low", "None", "--clip-eps-high", "0.3"], ["--eps", "nan"], ["--lr", "none"],
 ])
 def test_invalid_options_exit_2_without_output(tmp_path, bad, capsys):
     out = tmp_path / "run"
