@@ -26,7 +26,7 @@ _LOG_TINY = math.log(1e-300)
 _EXACT_GAP_CAP = 3.0e4
 
 
-def exact_iteration(run: RunState, prev: Any) -> dict[str, float]:
+def exact_iteration(state: RunState, prev: Any) -> dict[str, float]:
     """One exact GRPO iteration: maximise eq. (6)/(9)/(17) to convergence.
 
     Returns the iteration's statistics (``loss``: minus the objective; the sampled
@@ -43,17 +43,17 @@ def exact_iteration(run: RunState, prev: Any) -> dict[str, float]:
     in logit units after dividing by beta) is below ``exact_tol``; a run that
     fails to get there raises ``RuntimeError``. float64 throughout.
     """
-    config, task = run.config, run.task
+    config, task = state.config, state.task
     with torch.no_grad():
         prev_logp = prev.log_probs()
-        ref_logp = run.ref_policy.log_probs()
+        ref_logp = state.ref_policy.log_probs()
         logit_prev = task.success_logit(prev_logp).cpu().numpy()
-    w_plus, w_minus, capped, log_w = _exact_weights(run, logit_prev)
-    w_plus, w_minus = (torch.as_tensor(w, device=run.device) for w in (w_plus, w_minus))
-    success = task.success.to(run.device)
+    w_plus, w_minus, capped, log_w = _exact_weights(state, logit_prev)
+    w_plus, w_minus = (torch.as_tensor(w, device=state.device) for w in (w_plus, w_minus))
+    success = task.success.to(state.device)
     step = config.optim.exact_step / config.grpo.beta
     anchor = config.variant.anchor  # the KL anchor's (weight, target) pairs
-    logits = run.policy.logits
+    logits = state.policy.logits
     for _ in range(config.optim.exact_max_iter):
         logp = torch.log_softmax(logits.detach(), dim=-1).requires_grad_(True)
         objective = losses.exact_objective(
@@ -76,7 +76,7 @@ def exact_iteration(run: RunState, prev: Any) -> dict[str, float]:
             logits.copy_(torch.log_softmax(logp + step * (grad_pi - high[:, None]), dim=-1))
     else:
         raise TrainingFault(f"exact inner solve did not converge in exact_max_iter="
-                            f"{config.optim.exact_max_iter} steps at iteration {run.iteration} "
+                            f"{config.optim.exact_max_iter} steps at iteration {state.iteration} "
                             f"(stationarity gap {gap:.3g} > exact_tol={config.optim.exact_tol})")
     value = objective.detach()
     if capped.any():
@@ -89,7 +89,7 @@ def exact_iteration(run: RunState, prev: Any) -> dict[str, float]:
 
 
 
-def _exact_weights(run: RunState, logit_prev: np.ndarray) -> tuple[
+def _exact_weights(state: RunState, logit_prev: np.ndarray) -> tuple[
         np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """Calibration weights for the exact step, finite even where they overflow float64.
 
@@ -103,7 +103,7 @@ def _exact_weights(run: RunState, logit_prev: np.ndarray) -> tuple[
     that are not numbers (a registered ``gains`` undefined at some PoS) stop the run
     with :class:`TrainingFault`, naming the normalisation.
     """
-    config, cal = run.config, run.calibration
+    config, cal = state.config, state.calibration
     try:
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # checked below
             w_plus, w_minus = (np.asarray(w, dtype=np.float64)
@@ -111,10 +111,10 @@ def _exact_weights(run: RunState, logit_prev: np.ndarray) -> tuple[
             log_plus, log_minus = (np.asarray(w, dtype=np.float64)
                                    for w in cal.log_weights_of_logit(logit_prev))
     except ValueError as err:  # the calibration refuses gains that are not finite
-        raise run.weights_fault(str(err)) from None
+        raise state.weights_fault(str(err)) from None
     bad = np.isnan(w_plus) | np.isnan(w_minus) | np.isnan(log_plus) | np.isnan(log_minus)
     if bad.any():
-        raise run.weights_fault(f"NaN for {int(bad.sum())} of {bad.size} prompts")
+        raise state.weights_fault(f"NaN for {int(bad.sum())} of {bad.size} prompts")
     log_omega = np.logaddexp(log_plus, log_minus)
     log_cap = math.log(config.grpo.beta * _EXACT_GAP_CAP)
     capped = log_omega > log_cap

@@ -260,14 +260,14 @@ def _receive_normalization(shipped: tuple[str, bytes]) -> None:
 class _Recorder:
     """The exact measurements of one run, taken from the trainer's callback."""
 
-    def __init__(self, run: Any, trained: np.ndarray, record_every: int) -> None:
-        self.run, self.trained, self.record_every = run, trained, record_every
-        config = run.config
-        self.task, self.temp = run.task, config.grpo.temperature
+    def __init__(self, state: Any, trained: np.ndarray, record_every: int) -> None:
+        self.state, self.trained, self.record_every = state, trained, record_every
+        config = state.config
+        self.task, self.temp = state.task, config.grpo.temperature
         self.kl = config.grpo.kl
         # each trained prompt's KL weight (config.sequence.grpo_beta_multipliers: one per prompt)
-        self.beta = (np.full(len(trained), config.grpo.beta) if run.prompt_beta is None
-                     else run.prompt_beta[torch.as_tensor(trained)].cpu().numpy())
+        self.beta = (np.full(len(trained), config.grpo.beta) if state.prompt_beta is None
+                     else state.prompt_beta[torch.as_tensor(trained)].cpu().numpy())
         self.cal = dataclasses.replace(config.calibration, group_size=config.grpo.group_size)
         self.position = {int(q): i for i, q in enumerate(trained)}
         n_iter, k = config.run.iterations, len(trained)
@@ -290,15 +290,15 @@ class _Recorder:
         started = time.perf_counter()
         for idx, logits, entropies in ((self.trained, self.trained_rows, self.trained_entropy),
                                        (self.task.eval_idx, self.held_rows, self.held_entropy)):
-            lp, _, logit = self._exact(self.run.policy, idx)
+            lp, _, logit = self._exact(self.state.policy, idx)
             logits.append(logit)
             entropies.append(exact_entropy(lp))
         self.seconds += time.perf_counter() - started
 
     def start(self) -> None:
         """After pre-training: pi_ref's distributions, and the record of iteration 0."""
-        self.prev = copy.deepcopy(self.run.policy)
-        self.ref_lp, _, self.ref_logit = self._exact(self.run.ref_policy, self.trained)
+        self.prev = copy.deepcopy(self.state.policy)
+        self.ref_lp, _, self.ref_logit = self._exact(self.state.ref_policy, self.trained)
         self.cache_logit[:], self.cache_iter[:] = self.ref_logit, 0
         # the exact orbit pi_n of the divergence step from pi_ref (Theorem 10's pi_n)
         orbit = self.ref_logit
@@ -312,7 +312,7 @@ class _Recorder:
     def after_iteration(self, n: int) -> None:
         """delta_n of every prompt of iteration n's batch, and the record every record_every."""
         started = time.perf_counter()
-        chosen = self.run.chosen.cpu().numpy()
+        chosen = self.state.chosen.cpu().numpy()
         cols = np.array([self.position[int(q)] for q in chosen])
         # pi_{n-1} on this batch: cached where the last iteration enumerated the prompt (always,
         # when every trained prompt is in every batch), else from the kept copy of pi_{n-1}
@@ -320,19 +320,19 @@ class _Recorder:
         stale = self.cache_iter[cols] != n - 1
         if stale.any():
             logit_prev[stale] = self._exact(self.prev, chosen[stale])[2]
-        lp_new, col, logit_new = self._exact(self.run.policy, chosen)
+        lp_new, col, logit_new = self._exact(self.state.policy, chosen)
         self.cache_logit[cols], self.cache_iter[cols] = logit_new, n
         goal = trained_loss.exact_step_logit(logit_prev, self.ref_logit[cols], self.beta[cols],
                                              estimator=self.kl, calibration=self.cal)
         tv, pos_part = trained_loss.one_step_tv(lp_new, self.ref_lp[cols], col, goal)
         self.delta[n - 1, cols], self.delta_pos[n - 1, cols] = tv, pos_part
         self.target[n - 1, cols] = goal
-        self.successes[n - 1, cols] = self.run.rewards.sum(1).cpu().numpy()
+        self.successes[n - 1, cols] = self.state.rewards.sum(1).cpu().numpy()
         self.orbit_tv[n - 1, cols] = trained_loss.one_step_tv(
             lp_new, self.ref_lp[cols], col, self.orbit[n - 1, cols])[0]
-        self.prev = copy.deepcopy(self.run.policy)  # a copy of a tiny model: about 1 ms
+        self.prev = copy.deepcopy(self.state.policy)  # a copy of a tiny model: about 1 ms
         self.seconds += time.perf_counter() - started
-        if n % self.record_every == 0 or n == self.run.config.run.iterations:
+        if n % self.record_every == 0 or n == self.state.config.run.iterations:
             self.record()
 
 
@@ -346,10 +346,10 @@ def run_long(config: TrainConfig, *, record_every: int = 10) -> LongRun:
     check_count("record_every", record_every)
     config = config.replace(eval_every=config.run.iterations, progress=False)
     prep = prepare_run(config)
-    run = prep.run_state
-    task = run.task
+    state = prep.run_state
+    task = state.task
     trained = task.grpo_pool(config.sequence.grpo_prompts, config.run.seed)
-    recorder = _Recorder(run, trained, record_every)
+    recorder = _Recorder(state, trained, record_every)
     result = prep.run(recorder.after_iteration, on_start=recorder.start)
     total = time.perf_counter() - recorder.started
     n_iter = config.run.iterations
@@ -367,7 +367,7 @@ def run_long(config: TrainConfig, *, record_every: int = 10) -> LongRun:
         sampled_held=result.success_prob,
         clip_fraction=np.array([row["clip_fraction"] for row in result.iteration_rows]),
         n_outputs=int(recorder.ref_lp.shape[1]),
-        sft_loss=float(run.sft_losses[-1]) if run.sft_losses else np.nan,
+        sft_loss=float(state.sft_losses[-1]) if state.sft_losses else np.nan,
         train_seconds=total - recorder.seconds, record_seconds=recorder.seconds)
 
 

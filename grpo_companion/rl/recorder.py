@@ -134,7 +134,7 @@ class Recorder:
 
     # ------------------------------------------------------------ around the run
     @contextlib.contextmanager
-    def running(self, run: RunState, *, fresh: bool, final: bool) -> Iterator[None]:
+    def running(self, state: RunState, *, fresh: bool, final: bool) -> Iterator[None]:
         """``run.json`` says ``"running"`` inside the block, and why the block ended after it.
 
         ``fresh``: no checkpoint is continued (a history of an earlier start is removed);
@@ -163,28 +163,28 @@ class Recorder:
             if out is not None and out.is_dir():
                 interrupted = isinstance(err, KeyboardInterrupt)
                 self.status.update(status="interrupted" if interrupted else "failed",
-                                   iteration=run.iteration, elapsed_s=time.time() - started,
+                                   iteration=state.iteration, elapsed_s=time.time() - started,
                                    error=f"{type(err).__name__}: {err}" if str(err) else
                                    type(err).__name__)
                 with contextlib.suppress(OSError):  # a full or read-only disk: keep the error
                     io.atomic_write_json(out / "run.json", self.status)
             raise
 
-    def start(self, run: RunState, metrics: dict[str, np.ndarray]) -> None:
+    def start(self, state: RunState, metrics: dict[str, np.ndarray]) -> None:
         """The record of iteration 0 (pi_ref), which starts the history."""
         self._store(0, metrics)
-        self._check_finite(run, None, metrics=True)
+        self._check_finite(state, None, metrics=True)
         if self.history is not None:
             self.history.start()
             self.history.append(self._last(), None)
 
-    def open_progress(self, run: RunState) -> None:
+    def open_progress(self, state: RunState) -> None:
         """The progress bar of the iterations left (``config.run.progress``)."""
-        self.bar = tqdm(total=self.config.run.iterations, initial=run.iteration, desc="GRPO",
+        self.bar = tqdm(total=self.config.run.iterations, initial=state.iteration, desc="GRPO",
                         disable=not self.config.run.progress)
 
     # ------------------------------------------------------------ each iteration
-    def record(self, run: RunState, record: IterationRecord) -> None:
+    def record(self, state: RunState, record: IterationRecord) -> None:
         """Keep, check, append, checkpoint, show and call back one iteration."""
         n, config = record.iteration, self.config
         evaluated = record.metrics is not None
@@ -192,15 +192,16 @@ class Recorder:
             self._store(n, record.metrics)
         assert record.row is not None
         self.iteration_rows.append(record.row)
-        self._check_finite(run, record.row, metrics=evaluated)
+        self._check_finite(state, record.row, metrics=evaluated)
         if self.out is not None:
             assert self.history is not None
             self.history.append(self._last() if evaluated else self._missing(), record.row)
             if n % config.run.checkpoint_every == 0 or n == config.run.iterations:
                 digest = self.history.sync()
+                final = n == config.run.iterations
                 io.atomic_torch_save(self.out / CHECKPOINT,
-                                     self.checkpoint(run, digest, final=n == config.run.iterations))
-                run.checkpointed = n
+                                     self.checkpoint(state, digest, final=final))
+                state.checkpointed = n
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix(
@@ -208,23 +209,23 @@ class Recorder:
         if self.callback is not None:
             self.callback(n)
 
-    def finish(self, run: RunState) -> TrainResult:
+    def finish(self, state: RunState) -> TrainResult:
         """The run's result, and (with ``out``) ``metrics.csv`` and ``iterations.csv``."""
         if self.bar is not None:
             self.bar.close()
         metrics = {m: np.stack(v) for m, v in self.metrics.items()}
-        if run.config.task == "bandit":
-            p_ref = np.asarray(run.task.p_ref, dtype=np.float64)
+        if state.config.task == "bandit":
+            p_ref = np.asarray(state.task.p_ref, dtype=np.float64)
         else:
             p_ref = metrics["success_prob"][0]
         reference_state = None
-        if run.config.task == "sequence":
+        if state.config.task == "sequence":
             reference_state = {k: v.detach().clone()
-                               for k, v in run.ref_policy.state_dict().items()}
+                               for k, v in state.ref_policy.state_dict().items()}
         result = TrainResult(
-            config=run.config, metrics=metrics, p_ref=p_ref, prompt_ids=np.asarray(run.tracked),
-            iteration_rows=self.iteration_rows, out_dir=self.out, device=str(run.device),
-            sft_losses=run.sft_losses, reference_state=reference_state,
+            config=state.config, metrics=metrics, p_ref=p_ref, prompt_ids=np.asarray(state.tracked),
+            iteration_rows=self.iteration_rows, out_dir=self.out, device=str(state.device),
+            sft_losses=state.sft_losses, reference_state=reference_state,
             eval_iterations=np.asarray(self.eval_iterations, dtype=np.int64))
         if self.out is not None:
             io.atomic_write_csv(self.out / "metrics.csv", result.rows(),
@@ -245,10 +246,10 @@ class Recorder:
         """The history record of an iteration that is not evaluated: NaN for every metric."""
         return {m: np.full(self.n_tracked, math.nan) for m in METRICS}
 
-    def _check_finite(self, run: RunState, row: dict[str, float] | None, *,
+    def _check_finite(self, state: RunState, row: dict[str, float] | None, *,
                       metrics: bool) -> None:
         """Stop a run whose policy or metrics stopped being numbers (no silent NaN in files)."""
-        bad = [name for name, p in run.policy.named_parameters()
+        bad = [name for name, p in state.policy.named_parameters()
                if not bool(torch.isfinite(p).all())]
         bad += [m for m in METRICS if metrics and m != "clip_fraction"  # NaN by design
                 if not np.isfinite(self.metrics[m][-1]).all()]
@@ -258,58 +259,58 @@ class Recorder:
             hint = "lower --lr or raise --beta" if not self.config.exact else (
                 "change --beta or --eps")
             raise TrainingFault(
-                f"training diverged at iteration {run.iteration}: {', '.join(bad)} became inf "
-                f"or NaN ({hint}); {run.checkpoint_note()}")
+                f"training diverged at iteration {state.iteration}: {', '.join(bad)} became inf "
+                f"or NaN ({hint}); {state.checkpoint_note()}")
 
     # ------------------------------------------------------------ checkpoints
-    def checkpoint(self, run: RunState, history_digest: str, *, final: bool) -> dict[str, Any]:
+    def checkpoint(self, state: RunState, history_digest: str, *, final: bool) -> dict[str, Any]:
         """The checkpoint: constant size, except the final one, which holds the history too.
 
         ``history.bin`` has one record per iteration (the metrics of an iteration
         that is not evaluated are NaN there); the final checkpoint holds the
         metrics of the evaluated iterations only, as :class:`TrainResult` does.
         """
-        state = {
+        snapshot = {
             "format": CHECKPOINT_FORMAT,
-            "iteration": run.iteration,
-            "config": run.config.to_dict(),
-            "policy": run.policy.state_dict(),
-            "ref_policy": run.ref_policy.state_dict(),
-            "optimizer": None if run.optimizer is None else run.optimizer.state_dict(),
-            "generator": run.generator.get_state(),
-            "sft_losses": run.sft_losses,
-            "history_records": run.iteration + 1,
+            "iteration": state.iteration,
+            "config": state.config.to_dict(),
+            "policy": state.policy.state_dict(),
+            "ref_policy": state.ref_policy.state_dict(),
+            "optimizer": None if state.optimizer is None else state.optimizer.state_dict(),
+            "generator": state.generator.get_state(),
+            "sft_losses": state.sft_losses,
+            "history_records": state.iteration + 1,
             "history_sha256": history_digest,
-            "fingerprint": run.fingerprint,
+            "fingerprint": state.fingerprint,
         }
         if final:
-            state["metrics"] = {m: torch.as_tensor(np.stack(v)) for m, v in self.metrics.items()}
-            state["iteration_rows"] = self.iteration_rows
-        return state
+            snapshot["metrics"] = {m: torch.as_tensor(np.stack(v)) for m, v in self.metrics.items()}
+            snapshot["iteration_rows"] = self.iteration_rows
+        return snapshot
 
-    def resume(self, run: RunState, state: dict[str, Any], path: Path) -> None:
-        """Restore a checked checkpoint (:func:`load_checkpoint`) into ``run`` and the history."""
+    def resume(self, state: RunState, snapshot: dict[str, Any], path: Path) -> None:
+        """Restore a checked checkpoint (:func:`load_checkpoint`) into ``state`` and the history."""
         try:
-            run.iteration = run.checkpointed = state["iteration"]
-            run.policy.load_state_dict(state["policy"])
-            run.ref_policy.load_state_dict(state["ref_policy"])
-            if run.optimizer is not None:
-                run.optimizer.load_state_dict(state["optimizer"])
-            run.generator.set_state(state["generator"])
-            run.sft_losses = [float(v) for v in state["sft_losses"]]
+            state.iteration = state.checkpointed = snapshot["iteration"]
+            state.policy.load_state_dict(snapshot["policy"])
+            state.ref_policy.load_state_dict(snapshot["ref_policy"])
+            if state.optimizer is not None:
+                state.optimizer.load_state_dict(snapshot["optimizer"])
+            state.generator.set_state(snapshot["generator"])
+            state.sft_losses = [float(v) for v in snapshot["sft_losses"]]
         except (KeyError, TypeError, ValueError, RuntimeError) as err:
             raise ValueError(f"cannot resume from {str(path)!r}: its saved state does not fit "
                              f"this run ({type(err).__name__}: {str(err)[:200]})") from None
-        evaluated = [n for n in self.config.eval_iterations if n <= run.iteration]
+        evaluated = [n for n in self.config.eval_iterations if n <= state.iteration]
         try:
-            if "metrics" in state:
-                metrics = {m: list(state["metrics"][m].double().cpu().numpy()) for m in METRICS}
-                rows = [dict(r) for r in state["iteration_rows"]]
+            if "metrics" in snapshot:
+                metrics = {m: list(snapshot["metrics"][m].double().cpu().numpy()) for m in METRICS}
+                rows = [dict(r) for r in snapshot["iteration_rows"]]
             else:
                 assert self.history is not None
-                every, rows = self.history.read(state["history_records"],
-                                                state["history_sha256"])
-                if any(len(v) != run.iteration + 1 for v in every.values()):
+                every, rows = self.history.read(snapshot["history_records"],
+                                                snapshot["history_sha256"])
+                if any(len(v) != state.iteration + 1 for v in every.values()):
                     raise ValueError("one record per iteration")
                 metrics = {m: [v[n] for n in evaluated] for m, v in every.items()}
         except HistoryError:
@@ -317,7 +318,7 @@ class Recorder:
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise ValueError(f"cannot resume from {str(path)!r}: its metrics are damaged "
                              f"({type(err).__name__})") from None
-        if len(rows) != run.iteration or any(
+        if len(rows) != state.iteration or any(
                 len(v) != len(evaluated) or np.shape(v[-1]) != (self.n_tracked,)
                 for v in metrics.values()):
             raise ValueError(f"cannot resume from {str(path)!r}: its metrics do not match its "
@@ -329,7 +330,7 @@ def load_checkpoint(path: Path, config: TrainConfig, device: torch.device,
                      fingerprint: dict[str, str]) -> dict[str, Any]:
     """Read and check a checkpoint (``weights_only=True``); ValueError naming the file if bad."""
     try:
-        state = torch.load(path, map_location=device, weights_only=True)
+        snapshot = torch.load(path, map_location=device, weights_only=True)
     except Exception as err:  # noqa: BLE001 - torch raises many types for a damaged file
         # torch's own message may advise weights_only=False, which must never be followed
         # for a file of unknown origin: it is not repeated here
@@ -339,17 +340,17 @@ def load_checkpoint(path: Path, config: TrainConfig, device: torch.device,
     expected = {"format": int, "iteration": int, "config": dict, "policy": dict,
                 "ref_policy": dict, "generator": torch.Tensor, "sft_losses": list,
                 "history_records": int, "history_sha256": str}
-    if not isinstance(state, dict):
+    if not isinstance(snapshot, dict):
         raise ValueError(f"cannot resume from {str(path)!r}: it does not hold a checkpoint "
-                         f"of this trainer (a {type(state).__name__})")
-    if state.get("format") != CHECKPOINT_FORMAT:
+                         f"of this trainer (a {type(snapshot).__name__})")
+    if snapshot.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"cannot resume from {str(path)!r}: checkpoint format "
-                         f"{state.get('format')!r}, this trainer reads {CHECKPOINT_FORMAT}")
+                         f"{snapshot.get('format')!r}, this trainer reads {CHECKPOINT_FORMAT}")
     for key, kind in expected.items():
-        if not isinstance(state.get(key), kind):
+        if not isinstance(snapshot.get(key), kind):
             raise ValueError(f"cannot resume from {str(path)!r}: its entry {key!r} is missing "
                              "or damaged")
-    saved = {k: v for k, v in state["config"].items() if k not in RUN_ONLY_FIELDS}
+    saved = {k: v for k, v in snapshot["config"].items() if k not in RUN_ONLY_FIELDS}
     wanted = {k: v for k, v in config.to_dict().items() if k not in RUN_ONLY_FIELDS}
     if saved != wanted:
         diff = sorted(k for k in wanted.keys() | saved.keys() if saved.get(k) != wanted.get(k))
@@ -357,11 +358,11 @@ def load_checkpoint(path: Path, config: TrainConfig, device: torch.device,
                           for k in diff[:6])
         raise ValueError(f"cannot resume from {str(path)!r}: the configuration differs from "
                          f"the checkpointed run in {shown}")
-    check_fingerprint(path, state.get("fingerprint"), fingerprint)
-    if not 0 <= state["iteration"] <= config.run.iterations or (
-            state["history_records"] != state["iteration"] + 1):
+    check_fingerprint(path, snapshot.get("fingerprint"), fingerprint)
+    if not 0 <= snapshot["iteration"] <= config.run.iterations or (
+            snapshot["history_records"] != snapshot["iteration"] + 1):
         raise ValueError(f"cannot resume from {str(path)!r}: its iteration count is damaged")
-    return state
+    return snapshot
 
 
 def check_out_dir(out_dir: str | Path, *, resume: bool) -> Path:

@@ -24,7 +24,7 @@ Why the numbers are those of the separate runs:
   generator), run per seed.
 - **The loss is the trainer's.** The per-token loss is
   :func:`~grpo_companion.rl.losses.per_token_loss` on the rows of all seeds at once (it
-  acts token by token, with the per-row ``beta`` of ``run.prompt_beta``), reduced per
+  acts token by token, with the per-row ``beta`` of ``state.prompt_beta``), reduced per
   seed by :func:`~grpo_companion.rl.losses.aggregate`, which is what the trainer's
   :func:`~grpo_companion.rl.losses.grpo_loss` computes; the advantages are
   :func:`~grpo_companion.rl.losses.group_advantages` of each seed's rewards. The sum of the
@@ -116,21 +116,21 @@ class _Enumerated:
 
 
 class _SeedRecorder(_Recorder):
-    """long_run's recorder of one seed; enumerations of ``run.policy`` handed in are used.
+    """long_run's recorder of one seed; enumerations of ``state.policy`` handed in are used.
 
     ``ready`` maps a tuple of prompt indices to their enumeration ``(prompts, outputs)``
     under the current policy (the engine's batched one); any other enumeration the
     recorder asks for is computed as in :func:`~grpo_companion.rl.long_run.run_long`.
     """
 
-    def __init__(self, run: Any, trained: np.ndarray, record_every: int) -> None:
-        super().__init__(run, trained, record_every)
+    def __init__(self, state: Any, trained: np.ndarray, record_every: int) -> None:
+        super().__init__(state, trained, record_every)
         self.ready: dict[tuple[int, ...], torch.Tensor] = {}
         self.outputs: list[tuple[int, ...]] = []
 
     def _exact(self, policy: torch.nn.Module, idx: np.ndarray) -> tuple[
             np.ndarray, np.ndarray, np.ndarray]:
-        log_probs = self.ready.get(tuple(int(i) for i in idx)) if policy is self.run.policy \
+        log_probs = self.ready.get(tuple(int(i) for i in idx)) if policy is self.state.policy \
             else None
         if log_probs is None:
             return super()._exact(policy, idx)
@@ -179,14 +179,15 @@ def _check_request(config: Any, seeds: Any, record_every: Any, workers: Any,
 
 
 def _generators(runs: Sequence[Any]) -> list[torch.Generator]:
-    """Each seed's training generator (the trainer's ``run.generator``)."""
-    return [run.generator for run in runs]
+    """Each seed's training generator (the trainer's ``state.generator``)."""
+    return [state.generator for state in runs]
 
 
-def _held_success(run: Any) -> np.ndarray:
-    """The trainer's sampled held-out PoS of ``run.policy`` at ``run.iteration``."""
+def _held_success(state: Any) -> np.ndarray:
+    """The trainer's sampled held-out PoS of ``state.policy`` at ``state.iteration``."""
     with torch.no_grad():
-        metrics = run.grpo_task.evaluate(run.policy, run.ref_policy, run.policy, run.iteration)
+        metrics = state.grpo_task.evaluate(state.policy, state.ref_policy, state.policy,
+                                           state.iteration)
     return metrics["success_prob"].double().cpu().numpy()
 
 
@@ -195,8 +196,8 @@ def _self_check(stack: StackedTransformer, runs: Sequence[Any],
     """The batched passes against the model's own methods on each seed (rounding only)."""
     task, config = runs[0].task, runs[0].config
     device = runs[0].device
-    idx = torch.stack([torch.as_tensor(run.task.eval_idx[:2], device=device) for run in runs])
-    prompts = torch.stack([run.task.prompts(i) for run, i in zip(runs, idx, strict=True)])
+    idx = torch.stack([torch.as_tensor(state.task.eval_idx[:2], device=device) for state in runs])
+    prompts = torch.stack([state.task.prompts(i) for state, i in zip(runs, idx, strict=True)])
     t, group = task.max_new_tokens, 3
     completions = (torch.arange(2 * group * t, device=device).view(2 * group, t) * 7 + 3) % (
         stack.vocab)
@@ -204,10 +205,10 @@ def _self_check(stack: StackedTransformer, runs: Sequence[Any],
     with torch.no_grad():
         batched = stack.token_logprobs(params, prompts, completions, group, config.grpo.temperature)
         enumerated, outputs = stack.output_log_probs(params, prompts, t, config.grpo.temperature)
-        for s, run in enumerate(runs):
-            own = run.policy.token_logprobs(prompts[s], completions[s], group,
+        for s, state in enumerate(runs):
+            own = state.policy.token_logprobs(prompts[s], completions[s], group,
                                             temperature=config.grpo.temperature)
-            own_enum, own_outputs = run.policy.output_log_probs(
+            own_enum, own_outputs = state.policy.output_log_probs(
                 prompts[s], max_new_tokens=t, temperature=config.grpo.temperature)
             eps = torch.finfo(own.dtype).eps
             gaps = {"token_logprobs": float((batched[s] - own).abs().max()),
@@ -218,7 +219,7 @@ def _self_check(stack: StackedTransformer, runs: Sequence[Any],
             if own_outputs != outputs or wrong:
                 raise RuntimeError(
                     "the batched forward pass of grpo_companion.rl.seed_batch no longer "
-                    f"computes TinyCausalTransformer's (seed {run.config.run.seed}: largest "
+                    f"computes TinyCausalTransformer's (seed {state.config.run.seed}: largest "
                     f"differences {gaps}, outputs in the same order: {own_outputs == outputs}); "
                     "update rl.stacked.StackedTransformer to the model")
 
@@ -226,13 +227,13 @@ def _self_check(stack: StackedTransformer, runs: Sequence[Any],
 def _check_finite(runs: Sequence[Any], params: dict[str, torch.Tensor],
                   step_losses: torch.Tensor, n: int) -> None:
     """The separate runs' divergence check (``trainer._check_finite``), per seed."""
-    for s, run in enumerate(runs):
+    for s, state in enumerate(runs):
         bad = [name for name, p in params.items() if not bool(torch.isfinite(p[s]).all())]
         if not bool(torch.isfinite(step_losses[:, s]).all()):
             bad.append("loss")
         if bad:
             raise TrainingFault(f"training diverged at iteration {n} of seed "
-                                f"{run.config.run.seed}: "
+                                f"{state.config.run.seed}: "
                                 f"{', '.join(bad)} became inf or NaN (lower --lr or raise "
                                 "--beta)")
 
@@ -244,13 +245,13 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
                for s in seeds]
     runs, recorders, held = [], [], []
     for cfg in configs:  # each seed's trainer state, pi_ref and iteration 0, as run_long
-        run = prepare_run(cfg).run_state
-        trained = run.task.grpo_pool(cfg.sequence.grpo_prompts, cfg.run.seed)
-        recorder = _SeedRecorder(run, trained, record_every)
-        run.pretrain()
-        held.append([_held_success(run)])
+        state = prepare_run(cfg).run_state
+        trained = state.task.grpo_pool(cfg.sequence.grpo_prompts, cfg.run.seed)
+        recorder = _SeedRecorder(state, trained, record_every)
+        state.pretrain()
+        held.append([_held_success(state)])
         recorder.start()
-        runs.append(run)
+        runs.append(state)
         recorders.append(recorder)
     started = time.perf_counter()
     enum_seconds = 0.0
@@ -274,28 +275,28 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
     _self_check(stack, runs, params)
     with torch_threads(threads):
         for n in range(1, config.run.iterations + 1):
-            for run in runs:
-                run.iteration = n
-            chosen = [run.grpo_task.choose_prompts(run.generator) for run in runs]
-            prompts = torch.stack([run.task.prompts(c) for run, c in zip(runs, chosen,
+            for state in runs:
+                state.iteration = n
+            chosen = [state.grpo_task.choose_prompts(state.generator) for state in runs]
+            prompts = torch.stack([state.task.prompts(c) for state, c in zip(runs, chosen,
                                                                          strict=True)])
             # views of the parameters without autograd: they follow the Adam steps in place
             detached = {k: v.detach() for k, v in params.items()}
             with torch.no_grad():  # lines 5-8 of Algorithm 1, every seed at once
                 completions, mask = stack.sample(detached, prompts, group, generators, t, temp)
                 advantages, betas = [], []
-                for s, run in enumerate(runs):
-                    rewards = run.task.reward(chosen[s], completions[s], mask[s], group).to(
-                        run.dtype)
-                    run.chosen, run.rewards = chosen[s], rewards.view(len(chosen[s]), group)
+                for s, state in enumerate(runs):
+                    rewards = state.task.reward(chosen[s], completions[s], mask[s], group).to(
+                        state.dtype)
+                    state.chosen, state.rewards = chosen[s], rewards.view(len(chosen[s]), group)
                     try:
                         advantages.append(losses.group_advantages(
-                            run.rewards, dataclasses.replace(run.calibration,
+                            state.rewards, dataclasses.replace(state.calibration,
                                                              group_size=None)).view(-1))
                     except ValueError as err:
-                        raise run.weights_fault(str(err)) from None
-                    if run.prompt_beta is not None:
-                        betas.append(run.prompt_beta[chosen[s]].repeat_interleave(group))
+                        raise state.weights_fault(str(err)) from None
+                    if state.prompt_beta is not None:
+                        betas.append(state.prompt_beta[chosen[s]].repeat_interleave(group))
                 advantage = torch.cat(advantages)
                 beta: float | torch.Tensor = torch.cat(betas) if betas else config.grpo.beta
                 ref_logp = (stack.token_logprobs(ref, prompts, completions, group, temp)
@@ -325,8 +326,8 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
                 mask_f.sum((1, 2)) * config.grpo.mu)).cpu().numpy()
             _check_finite(runs, params, torch.stack(step_losses), n)
             with torch.no_grad():
-                for s, run in enumerate(runs):  # each seed's module holds its slice
-                    for name, p in run.policy.named_parameters():
+                for s, state in enumerate(runs):  # each seed's module holds its slice
+                    for name, p in state.policy.named_parameters():
                         p.copy_(params[name][s])
                 enum_started = time.perf_counter()
                 # the enumerations the recorders will ask of the new policy: the batch's
@@ -352,16 +353,16 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
             for recorder in recorders:
                 recorder.after_iteration(n)
                 recorder.ready.clear()
-    for run, rows in zip(runs, held, strict=True):  # the trainer's evaluation of the last one
-        rows.append(_held_success(run))
+    for state, rows in zip(runs, held, strict=True):  # the trainer's evaluation of the last one
+        rows.append(_held_success(state))
     total = time.perf_counter() - started
     recorded = sum(r.seconds for r in recorders) + enum_seconds
     train_share = (total - recorded) / seeds_n
     steps = np.array(sorted({0, *range(record_every, config.run.iterations + 1, record_every),
                              config.run.iterations}))
     results = []
-    for s, (cfg, run, recorder) in enumerate(zip(configs, runs, recorders, strict=True)):
-        task = run.task
+    for s, (cfg, state, recorder) in enumerate(zip(configs, runs, recorders, strict=True)):
+        task = state.task
         results.append(LongRun(
             config=cfg, trained=recorder.trained, held_out=task.eval_idx,
             operands_trained=task.operands[recorder.trained],
@@ -375,7 +376,7 @@ def _train_batched(config: TrainConfig, seeds: list[int], record_every: int,
             beta_trained=recorder.beta, group_successes=recorder.successes,
             sampled_held=np.stack(held[s]),
             clip_fraction=clip_fraction[s], n_outputs=int(recorder.ref_lp.shape[1]),
-            sft_loss=float(run.sft_losses[-1]) if run.sft_losses else np.nan,
+            sft_loss=float(state.sft_losses[-1]) if state.sft_losses else np.nan,
             train_seconds=train_share,
             record_seconds=recorder.seconds + enum_seconds / seeds_n))
     return results
@@ -442,5 +443,5 @@ def run_seeds_batched(config: TrainConfig, seeds: Sequence[int], *, record_every
     jobs = [(config, [int(s) for s in part], record_every, threads, shipped) for part in parts]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=len(jobs), mp_context=context) as pool:
-        return [run for part in pool.map(_worker, jobs) for run in part]
+        return [state for part in pool.map(_worker, jobs) for state in part]
 

@@ -104,8 +104,8 @@ __all__ = ["FixedLogProbs", "PreparedRun", "TrainConfig", "TrainResult", "Traini
            "run_fingerprint", "source_digest", "train", "training_loop", "variant_fields"]
 
 
-def training_loop(run: RunState, recorder: Recorder) -> None:
-    """Iterations ``run.iteration + 1 .. M`` of GRPO (Algorithm 1, lines 3-12), each recorded.
+def training_loop(state: RunState, recorder: Recorder) -> None:
+    """Iterations ``state.iteration + 1 .. M`` of GRPO (Algorithm 1, lines 3-12), each recorded.
 
     Each iteration freezes pi_old, updates the policy (:func:`grpo_iteration`, or in exact
     mode :func:`~grpo_companion.rl.exact.exact_iteration`), computes the per-prompt metrics
@@ -114,50 +114,50 @@ def training_loop(run: RunState, recorder: Recorder) -> None:
     TRL's ``sync_ref_model``) and hands the recorder one
     :class:`~grpo_companion.rl.recorder.IterationRecord`.
     """
-    config = run.config
-    for n in range(run.iteration + 1, config.run.iterations + 1):
-        run.iteration = n
+    config = state.config
+    for n in range(state.iteration + 1, config.run.iterations + 1):
+        state.iteration = n
         evaluated = config.evaluated(n)
         # line 5, pi_old <- pi. A frozen copy only where pi_old is read after the policy has
         # moved (the metrics' kl_prev, the exact KL): otherwise the policy itself samples,
         # before its first step, and the first loss gives pi_old's log-probabilities
         keep_prev = evaluated or config.exact or config.grpo.kl == "exact"
-        prev = frozen_copy(run.policy) if keep_prev else run.policy
+        prev = frozen_copy(state.policy) if keep_prev else state.policy
         if config.exact:
-            stats = exact_iteration(run, prev)
-            clip_fraction = np.full(len(run.tracked), math.nan)
+            stats = exact_iteration(state, prev)
+            clip_fraction = np.full(len(state.tracked), math.nan)
         else:
-            stats, clip_fraction = grpo_iteration(run, prev)
-        metrics = _evaluate(run, prev, clip_fraction) if evaluated else None
+            stats, clip_fraction = grpo_iteration(state, prev)
+        metrics = _evaluate(state, prev, clip_fraction) if evaluated else None
         if config.grpo.ref_reset_every and n % config.grpo.ref_reset_every == 0:
-            run.ref_policy = mixed_reference(run.ref_policy, run.policy,
+            state.ref_policy = mixed_reference(state.ref_policy, state.policy,
                                              config.grpo.ref_mixup_alpha)
-        recorder.record(run, IterationRecord(n, {"iteration": n, **stats}, metrics))
+        recorder.record(state, IterationRecord(n, {"iteration": n, **stats}, metrics))
 
 
-def grpo_iteration(run: RunState, prev: torch.nn.Module) -> tuple[dict[str, float], np.ndarray]:
-    """One iteration of Algorithm 1 (lines 4, 6-11) on ``run.policy``; ``prev`` is pi_old (line 5).
+def grpo_iteration(state: RunState, prev: torch.nn.Module) -> tuple[dict[str, float], np.ndarray]:
+    """One iteration of Algorithm 1 (lines 4, 6-11) on ``state.policy``; ``prev`` is pi_old.
 
     Returns the iteration's ``loss`` (mean over the ``mu`` steps), ``mean_reward`` and
     ``clip_fraction``, and the clipped share of each tracked prompt's tokens.
     pi_old's per-token log-probabilities are those of the first loss (taken before any
     step), and pi_ref is run only where the loss has a KL to it (``beta, alpha > 0``).
     """
-    grpo, task = run.config.grpo, run.grpo_task
+    grpo, task = state.config.grpo, state.grpo_task
     group = grpo.group_size
     with torch.no_grad():
-        chosen = task.choose_prompts(run.generator)  # line 4: a batch of prompts
-        groups = task.sample(prev, chosen, run.generator)  # line 6: G outputs of pi_old each
-        rewards = task.score(groups).to(run.dtype)  # line 7: the verifier's 0/1 rewards
-        run.chosen, run.rewards = chosen, rewards.view(len(chosen), group)  # for callbacks
+        chosen = task.choose_prompts(state.generator)  # line 4: a batch of prompts
+        groups = task.sample(prev, chosen, state.generator)  # line 6: G outputs of pi_old each
+        rewards = task.score(groups).to(state.dtype)  # line 7: the verifier's 0/1 rewards
+        state.chosen, state.rewards = chosen, rewards.view(len(chosen), group)  # for callbacks
         try:  # line 8: group advantages (the calibration's table for groups of G)
             advantages = losses.group_advantages(
-                run.rewards, dataclasses.replace(run.calibration, group_size=None)).view(-1)
+                state.rewards, dataclasses.replace(state.calibration, group_size=None)).view(-1)
         except ValueError as err:  # the table refuses gains that are not finite
-            raise run.weights_fault(str(err)) from None
-        fixed = _fixed_log_probs(run, prev, groups)
-    beta: float | torch.Tensor = grpo.beta if run.prompt_beta is None else (
-        run.prompt_beta[chosen].repeat_interleave(group))
+            raise state.weights_fault(str(err)) from None
+        fixed = _fixed_log_probs(state, prev, groups)
+    beta: float | torch.Tensor = grpo.beta if state.prompt_beta is None else (
+        state.prompt_beta[chosen].repeat_interleave(group))
     loss_of = functools.partial(  # line 10's loss, all but the policy's log-probabilities
         losses.grpo_loss, ref_logp=fixed.ref, advantages=advantages, mask=groups.mask,
         clip_eps_low=grpo.clip_eps_low, clip_eps_high=grpo.clip_eps_high, beta=beta, kl=grpo.kl,
@@ -167,27 +167,27 @@ def grpo_iteration(run: RunState, prev: torch.nn.Module) -> tuple[dict[str, floa
         """kl="exact": pi (differentiable), pi_ref and pi_old on the batch's prompts."""
         if fixed.tabular_ref is None or fixed.tabular_prev is None:
             return None
-        return (run.policy.log_probs(chosen, temperature=grpo.temperature),
+        return (state.policy.log_probs(chosen, temperature=grpo.temperature),
                 fixed.tabular_ref, fixed.tabular_prev)
 
-    mask_f = groups.mask.to(next(run.policy.parameters()).dtype)
+    mask_f = groups.mask.to(next(state.policy.parameters()).dtype)
     clipped_tokens = torch.zeros_like(mask_f)
     step_losses: list[float] = []
     for _ in range(grpo.mu):  # lines 9-11: mu optimiser steps (line 10) on the same groups
-        logp = task.log_probs(run.policy, groups)
+        logp = task.log_probs(state.policy, groups)
         if fixed.prev is None:  # the first loss: the policy is still pi_old
             fixed.prev = logp.detach()
         loss = loss_of(logp, fixed.prev, tabular=tabular())
         clipped = losses.clipped_tokens(logp.detach(), fixed.prev, advantages,
                                         clip_eps_low=grpo.clip_eps_low,
                                         clip_eps_high=grpo.clip_eps_high)
-        if run.optimizer is not None:  # Adam or SGD: one step
-            run.optimizer.zero_grad()
+        if state.optimizer is not None:  # Adam or SGD: one step
+            state.optimizer.zero_grad()
             loss.backward()
-            run.optimizer.step()
+            state.optimizer.step()
         else:  # L-BFGS: a full solve of the same loss, by a fresh optimiser
-            _lbfgs_solve(run, len(chosen), lambda: loss_of(
-                task.log_probs(run.policy, groups), fixed.prev, tabular=tabular()))
+            _lbfgs_solve(state, len(chosen), lambda: loss_of(
+                task.log_probs(state.policy, groups), fixed.prev, tabular=tabular()))
         step_losses.append(float(loss.detach()))
         clipped_tokens += clipped.to(mask_f.dtype) * mask_f
     per_prompt = clipped_tokens.view(len(chosen), -1).sum(1) / (
@@ -214,22 +214,23 @@ class FixedLogProbs:
     tabular_prev: torch.Tensor | None = None
 
 
-def _fixed_log_probs(run: RunState, prev: torch.nn.Module, groups: Groups) -> FixedLogProbs:
+def _fixed_log_probs(state: RunState, prev: torch.nn.Module, groups: Groups) -> FixedLogProbs:
     """pi_ref's log-probabilities where the loss has a KL to pi_ref (beta, alpha > 0)."""
-    config, temp = run.config, run.config.grpo.temperature
+    config, temp = state.config, state.config.grpo.temperature
     penalised = config.grpo.beta > 0
     needs_ref = penalised and config.grpo.kl != "exact" and config.grpo.alpha > 0
-    ref_logp = run.grpo_task.log_probs(run.ref_policy, groups) if needs_ref else None
+    ref_logp = state.grpo_task.log_probs(state.ref_policy, groups) if needs_ref else None
     if config.grpo.kl != "exact" or not penalised:
         return FixedLogProbs(None, ref_logp)
-    return FixedLogProbs(None, ref_logp, run.ref_policy.log_probs(groups.chosen, temperature=temp),
+    return FixedLogProbs(None, ref_logp,
+                         state.ref_policy.log_probs(groups.chosen, temperature=temp),
                          prev.log_probs(groups.chosen, temperature=temp))
 
 
-def _lbfgs_solve(run: RunState, n_prompts: int, loss_now: Callable[[], torch.Tensor]) -> None:
+def _lbfgs_solve(state: RunState, n_prompts: int, loss_now: Callable[[], torch.Tensor]) -> None:
     """Minimise ``loss_now`` by a fresh L-BFGS (strong Wolfe line search) to ``exact_tol``."""
-    config = run.config
-    lbfgs = torch.optim.LBFGS(run.policy.parameters(), lr=1.0,
+    config = state.config
+    lbfgs = torch.optim.LBFGS(state.policy.parameters(), lr=1.0,
                               max_iter=config.optim.exact_max_iter,
                               tolerance_grad=config.optim.exact_tol / n_prompts,
                               tolerance_change=0.0, history_size=50,
@@ -244,11 +245,11 @@ def _lbfgs_solve(run: RunState, n_prompts: int, loss_now: Callable[[], torch.Ten
     lbfgs.step(closure)
 
 
-def _evaluate(run: RunState, prev: torch.nn.Module,
+def _evaluate(state: RunState, prev: torch.nn.Module,
               clip_fraction: np.ndarray) -> dict[str, np.ndarray]:
     """The per-prompt metrics of the policy after an iteration (see the module docstring)."""
     with torch.no_grad():
-        values = run.grpo_task.evaluate(run.policy, run.ref_policy, prev, run.iteration)
+        values = state.grpo_task.evaluate(state.policy, state.ref_policy, prev, state.iteration)
     metrics = {name: value.double().cpu().numpy() for name, value in values.items()}
     return {**metrics, "clip_fraction": clip_fraction}
 
@@ -290,20 +291,20 @@ class PreparedRun:
         of iteration 0 and before the first GRPO iteration (not on resume):
         where ``run_state`` holds pi_ref and the policy is still equal to it.
         """
-        run, recorder, fresh = self.run_state, self.recorder, self.checkpoint is None
+        state, recorder, fresh = self.run_state, self.recorder, self.checkpoint is None
         recorder.callback = callback
         try:
-            with recorder.running(run, fresh=fresh,
+            with recorder.running(state, fresh=fresh,
                                   final=not fresh and "metrics" in (self.checkpoint or {})):
                 if fresh:
-                    run.pretrain(self.reference_state)
-                    recorder.start(run, _evaluate(run, run.policy,
-                                                  np.full(len(run.tracked), math.nan)))
+                    state.pretrain(self.reference_state)
+                    recorder.start(state, _evaluate(state, state.policy,
+                                                  np.full(len(state.tracked), math.nan)))
                     if on_start is not None:
                         on_start()
-                recorder.open_progress(run)
-                training_loop(run, recorder)
-                return recorder.finish(run)
+                recorder.open_progress(state)
+                training_loop(state, recorder)
+                return recorder.finish(state)
         finally:
             self.close()
 
