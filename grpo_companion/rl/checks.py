@@ -53,7 +53,7 @@ class Check:
     ``optional``: None is accepted too; ``text``: a description that replaces
     the generated one; ``why``: a reason appended to the error message. (A plain
     class, not a dataclass, so that the API pages show a field's type with its
-    :meth:`__repr__`.)
+    ``__repr__``.)
     """
 
     def __init__(self, *, optional: bool = False, text: str = "", why: str = "") -> None:
